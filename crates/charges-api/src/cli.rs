@@ -1,0 +1,158 @@
+//! Command line and environment configuration. Every flag has an environment fallback.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "charges-api",
+    version,
+    about = "The idempotent charges HTTP API (writes to Postgres only; charges-relay publishes the events)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Log line format; the filter comes from RUST_LOG (default "info").
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve HTTP (the default when no subcommand is given).
+    Serve(ServeArgs),
+    /// Apply pending database migrations and exit (what the Kubernetes Job runs).
+    Migrate,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// Postgres connection URL. Never logged.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true,
+        global = true
+    )]
+    pub database_url: String,
+    /// Maximum connections in the pool; one request holds one connection for its transaction.
+    #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16, global = true)]
+    pub db_pool_size: usize,
+    /// How long a request waits for a pooled connection (or a new one) before answering 503.
+    #[arg(long, env = "DB_ACQUIRE_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    pub db_acquire_timeout: Duration,
+    /// Postgres statement_timeout for every statement; a slower statement is cancelled and answered 503.
+    #[arg(long, env = "DB_STATEMENT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration, global = true)]
+    pub db_statement_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (the chosen address is logged).
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// How long a completed Idempotency-Key is remembered; after that the same key is a new request.
+    #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub idempotency_ttl: Duration,
+    /// Apply pending migrations before serving (convenient locally; production runs `migrate` as a Job).
+    #[arg(long, env = "MIGRATE", default_value_t = false)]
+    pub migrate: bool,
+    /// Largest accepted request body in bytes; larger bodies are answered 413.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
+    pub max_body_bytes: usize,
+    /// HTTP worker threads (default: one per CPU core).
+    #[arg(long, env = "HTTP_WORKERS")]
+    pub workers: Option<usize>,
+    /// After SIGTERM, how long in-flight requests may take before the server stops anyway.
+    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+    /// A client must send its request headers within this time (slow-client protection).
+    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub client_request_timeout: Duration,
+    /// Idle keep-alive connections are closed after this time.
+    #[arg(long, env = "KEEP_ALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub keep_alive: Duration,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        // The defaults clap documents, in one place.
+        match Cli::try_parse_from(["charges-api", "serve"]) {
+            Ok(Cli {
+                command: Some(Command::Serve(args)),
+                ..
+            }) => args,
+            _ => unreachable!("`charges-api serve` parses with defaults"),
+        }
+    }
+}
+
+impl DatabaseArgs {
+    pub fn pool_settings(&self) -> charges_store::PoolSettings {
+        charges_store::PoolSettings {
+            max_size: self.db_pool_size,
+            acquire_timeout: self.db_acquire_timeout,
+            statement_timeout: self.db_statement_timeout,
+            application_name: "charges-api".to_owned(),
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    let result = actix_web::rt::System::new().block_on(run(cli));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = %telemetry::chain(error.as_ref()), "charges-api failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let settings = cli.database.pool_settings();
+    match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+        Command::Migrate => {
+            let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
+            charges_store::migrations::run(&pool).await?;
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
+            if args.migrate {
+                charges_store::migrations::run(&pool).await?;
+            }
+            crate::serve(pool, &args).await?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn verify_cli() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_is_the_default_with_documented_defaults() {
+        let args = ServeArgs::default();
+        assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(args.idempotency_ttl, Duration::from_secs(24 * 3600));
+        assert!(!args.migrate);
+    }
+}

@@ -1,0 +1,12 @@
+//! The charges HTTP API. It only ever writes to Postgres: every mutating request is one
+//! database transaction holding the idempotency key, the change, its outbox event and
+//! the replayable response. Publishing to Kafka is the relay's job.
+
+pub mod app;
+mod charges;
+pub mod cli;
+mod idempotency;
+mod problem;
+pub mod telemetry;
+
+pub use app::{AppState, serve};

@@ -1,0 +1,261 @@
+//! `idempotency_keys`: the reusable Idempotency-Key layer for any mutating endpoint.
+//!
+//! One request is one transaction: [`IdempotencyStore::run`] reserves `(key, endpoint)`,
+//! lets the operation write its rows on the same transaction, stores the response it
+//! produced and commits. Either all of it is committed or none of it, so a committed
+//! `STARTED` row cannot exist: the status only matters to concurrent readers.
+
+use std::time::Duration;
+
+use charges_domain::{Fingerprint, IdempotencyKey};
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{GenericClient, Pool, Transaction};
+
+use crate::StoreError;
+
+/// A response as it will be replayed: status, the headers that belong to the resource
+/// (for example `Location`) and the body, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// What an endpoint does once its key is reserved.
+///
+/// `execute` runs inside the request's transaction and must only write to the database
+/// through `tx`: no broker, no HTTP call (that is the outbox relay's job). Returning
+/// `Err` rolls everything back, key included, so the request is forgotten and the client
+/// may retry with the same key; a business refusal that must be remembered is an `Ok`
+/// response with a 4xx status instead.
+// actix-web handlers run on a single-threaded runtime and do not need `Send` futures.
+#[allow(async_fn_in_trait)]
+pub trait IdempotentOperation {
+    type Error: From<StoreError>;
+
+    /// What identifies "the same request" for this endpoint.
+    fn fingerprint(&self) -> Fingerprint;
+
+    /// `now` is the transaction's timestamp, for rows and responses alike.
+    async fn execute(
+        &self,
+        tx: &Transaction<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<StoredResponse, Self::Error>;
+}
+
+/// How a request with an `Idempotency-Key` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotentOutcome {
+    /// First time for this key: the operation ran and its response is now stored.
+    Executed(StoredResponse),
+    /// The key was completed earlier with the same fingerprint: the stored response.
+    Replayed(StoredResponse),
+    /// Another request holds the key right now.
+    InFlight,
+    /// The key was used earlier for a request with a different fingerprint.
+    PayloadConflict,
+}
+
+impl IdempotentOutcome {
+    /// A label for logs and metrics (never the key itself).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IdempotentOutcome::Executed(_) => "created",
+            IdempotentOutcome::Replayed(_) => "replayed",
+            IdempotentOutcome::InFlight => "in_flight",
+            IdempotentOutcome::PayloadConflict => "payload_conflict",
+        }
+    }
+}
+
+/// Reserves keys, replays completed ones and expires them after `ttl`.
+#[derive(Debug, Clone)]
+pub struct IdempotencyStore {
+    ttl: Duration,
+}
+
+/// `IdempotencyKeyReserve`: one round trip that decides the request's fate.
+///
+/// The loser of a race never waits for the winner. `pg_try_advisory_xact_lock` on a
+/// hash of `(endpoint, key)` answers at once; whoever fails it gets `InFlight` and
+/// rolls back. Whoever gets it is the only writer of that `(key, endpoint)`, so its
+/// `INSERT … ON CONFLICT` never blocks on another transaction's uncommitted row (which a
+/// plain unique-index insert would). The lock is released at commit or rollback; the
+/// next holder's statement sees the committed row and replays it.
+///
+/// A completed key past `expires_at` is overwritten: an expired key is a new key. A
+/// committed `STARTED` row is never overwritten, whatever its age (see the README).
+/// The `existing` join reads the row as it was before this statement, which is what
+/// the caller needs when nothing was reserved.
+const RESERVE: &str = "
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended($2 || ' ' || $1, 0)) AS acquired,
+           now() AS now
+), reserved AS (
+    INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, created_at, expires_at)
+    SELECT $1, $2, $3, 'STARTED', lock.now, lock.now + $4::bigint * interval '1 millisecond'
+      FROM lock
+     WHERE lock.acquired
+    ON CONFLICT (key, endpoint) DO UPDATE
+       SET request_hash = EXCLUDED.request_hash,
+           status = 'STARTED',
+           response_status = NULL,
+           response_headers = '{}'::jsonb,
+           response_body = NULL,
+           created_at = EXCLUDED.created_at,
+           expires_at = EXCLUDED.expires_at
+     WHERE k.status = 'COMPLETED' AND k.expires_at <= now()
+    RETURNING 1
+)
+SELECT lock.acquired,
+       lock.now,
+       EXISTS (SELECT 1 FROM reserved) AS reserved,
+       existing.request_hash,
+       existing.status,
+       existing.response_status,
+       existing.response_headers,
+       existing.response_body
+  FROM lock
+  LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
+
+/// `IdempotencyKeyComplete`: stores the replayable response on the reserved row.
+const COMPLETE: &str = "
+UPDATE idempotency_keys
+   SET status = 'COMPLETED', response_status = $3, response_headers = $4, response_body = $5
+ WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
+
+enum Reservation {
+    Reserved { now: DateTime<Utc> },
+    Decided(IdempotentOutcome),
+}
+
+impl IdempotencyStore {
+    pub fn new(ttl: Duration) -> Self {
+        IdempotencyStore { ttl }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Runs `operation` at most once per `(key, endpoint)` within the TTL.
+    pub async fn run<Op: IdempotentOperation>(
+        &self,
+        pool: &Pool,
+        key: &IdempotencyKey,
+        endpoint: &str,
+        operation: &Op,
+    ) -> Result<IdempotentOutcome, Op::Error> {
+        let mut client = pool.get().await.map_err(StoreError::from)?;
+        let tx = client.transaction().await.map_err(StoreError::from)?;
+        let key = key.to_string();
+        let fingerprint = operation.fingerprint();
+        let now = match self.reserve(&tx, &key, endpoint, &fingerprint).await? {
+            Reservation::Reserved { now } => now,
+            // Nothing was written; dropping `tx` rolls back and releases the lock.
+            Reservation::Decided(outcome) => return Ok(outcome),
+        };
+        let response = operation.execute(&tx, now).await?;
+        complete(&tx, &key, endpoint, &response).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(IdempotentOutcome::Executed(response))
+    }
+
+    async fn reserve(
+        &self,
+        tx: &Transaction<'_>,
+        key: &str,
+        endpoint: &str,
+        fingerprint: &Fingerprint,
+    ) -> Result<Reservation, StoreError> {
+        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
+        let statement = tx.prepare_cached(RESERVE).await?;
+        let row = tx
+            .query_one(
+                &statement,
+                &[&key, &endpoint, &fingerprint.as_str(), &ttl_ms],
+            )
+            .await?;
+        if !row.try_get::<_, bool>("acquired")? {
+            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+        }
+        if row.try_get::<_, bool>("reserved")? {
+            return Ok(Reservation::Reserved {
+                now: row.try_get("now")?,
+            });
+        }
+        let stored_hash: String = row.try_get("request_hash")?;
+        if stored_hash != fingerprint.as_str() {
+            return Ok(Reservation::Decided(IdempotentOutcome::PayloadConflict));
+        }
+        let status: String = row.try_get("status")?;
+        if status != "COMPLETED" {
+            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+        }
+        let response = StoredResponse {
+            status: u16::try_from(row.try_get::<_, i32>("response_status")?)
+                .map_err(|e| StoreError::Corrupt(format!("response_status: {e}")))?,
+            headers: decode_headers(row.try_get("response_headers")?)?,
+            body: row.try_get("response_body")?,
+        };
+        Ok(Reservation::Decided(IdempotentOutcome::Replayed(response)))
+    }
+}
+
+async fn complete(
+    tx: &Transaction<'_>,
+    key: &str,
+    endpoint: &str,
+    response: &StoredResponse,
+) -> Result<(), StoreError> {
+    let statement = tx.prepare_cached(COMPLETE).await?;
+    let headers = encode_headers(&response.headers);
+    let updated = tx
+        .execute(
+            &statement,
+            &[
+                &key,
+                &endpoint,
+                &i32::from(response.status),
+                &headers,
+                &response.body,
+            ],
+        )
+        .await?;
+    if updated != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "completing an idempotency key updated {updated} rows"
+        )));
+    }
+    Ok(())
+}
+
+fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
+    serde_json::Value::Array(
+        headers
+            .iter()
+            .map(|(name, value)| serde_json::json!([name, value]))
+            .collect(),
+    )
+}
+
+fn decode_headers(value: serde_json::Value) -> Result<Vec<(String, String)>, StoreError> {
+    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("response_headers: {e}")))
+}
+
+/// Rows for operators and reconciliation, never for the request path.
+pub async fn count_started_older_than(
+    client: &impl GenericClient,
+    age: Duration,
+) -> Result<i64, StoreError> {
+    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+    let statement = client
+        .prepare_cached(
+            "SELECT count(*) FROM idempotency_keys
+              WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'",
+        )
+        .await?;
+    Ok(client.query_one(&statement, &[&age_ms]).await?.try_get(0)?)
+}

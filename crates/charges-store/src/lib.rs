@@ -1,0 +1,19 @@
+//! Everything SQL. One module per table (`idempotency_keys`, `charges`, `outbox`),
+//! each holding every statement that touches its table; the schema itself lives in
+//! the workspace's top-level `migrations/`, embedded here by refinery.
+
+pub mod charges;
+mod error;
+pub mod idempotency_keys;
+pub mod migrations;
+pub mod outbox;
+mod pool;
+
+pub use charges::ChargeStore;
+pub use deadpool_postgres::{GenericClient, Pool, Transaction};
+pub use error::StoreError;
+pub use idempotency_keys::{
+    IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
+};
+pub use outbox::OutboxStore;
+pub use pool::{PoolSettings, connect};

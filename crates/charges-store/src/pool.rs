@@ -1,0 +1,66 @@
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::StoreError;
+
+/// How the pool talks to Postgres. Every bound here exists so that a request can never
+/// hang on the database longer than the client is willing to wait.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_size: usize,
+    /// Waiting for a free connection, and connecting a new one.
+    pub acquire_timeout: Duration,
+    /// `statement_timeout` for every statement run through the pool.
+    pub statement_timeout: Duration,
+    /// Shown in `pg_stat_activity`.
+    pub application_name: String,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_size: 16,
+            acquire_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            application_name: "charges".to_owned(),
+        }
+    }
+}
+
+/// Builds the pool and takes one connection, so that a wrong URL or a database that is
+/// down fails start-up instead of the first request (creating a deadpool never fails).
+pub async fn connect(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
+    let pool = build(database_url, settings)?;
+    drop(pool.get().await?);
+    Ok(pool)
+}
+
+fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
+    let mut pg: tokio_postgres::Config = database_url.parse()?;
+    pg.application_name(&settings.application_name);
+    pg.connect_timeout(settings.acquire_timeout);
+    pg.options(format!(
+        "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
+        settings.statement_timeout.as_millis(),
+        // An abandoned transaction must not keep its row locks (and so its idempotency
+        // key and outbox claims) longer than a slow statement could.
+        (settings.statement_timeout * 2).as_millis(),
+    ));
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(settings.max_size)
+        .wait_timeout(Some(settings.acquire_timeout))
+        .create_timeout(Some(settings.acquire_timeout))
+        .recycle_timeout(Some(settings.acquire_timeout))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Corrupt(format!("pool configuration: {e}")))
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing need on a fresh Debian machine, and makes sure the
+# local Postgres is running. Idempotent: a machine that has everything is left alone.
+set -euo pipefail
+
+need_apt=()
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+# librdkafka 2.12 (rdkafka's cmake-build) includes curl headers even when unused.
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
+command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "deps: installing ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
+cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  echo "deps: starting Postgres"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
+  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi

@@ -1,0 +1,315 @@
+//! Test support: a fresh database per test, and the real binaries started as child
+//! processes. Tests never mock Postgres.
+//!
+//! The database server is `DATABASE_URL` (any database on it; each test creates and
+//! drops its own). The binaries are the ones `cargo build --bins` put next to this test
+//! executable (`make test` builds them first).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use uuid::Uuid;
+
+/// The server tests run against.
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set: point it at a Postgres server the tests may create \
+             databases on (make test defaults it to postgres://postgres@127.0.0.1:5432/test)"
+        )
+    })
+}
+
+/// `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{root}/{name}?{query}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// A database of its own for one test, migrated, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    admin_url: String,
+    client: tokio_postgres::Client,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        let admin_url = server_url();
+        let name = format!("charges_test_{}", Uuid::new_v4().simple());
+        connect(&admin_url)
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create the test database");
+        let url = with_database(&admin_url, &name);
+        let pool = charges_store::connect(&url, &charges_store::PoolSettings::default())
+            .await
+            .expect("connect to the test database");
+        charges_store::migrations::run(&pool)
+            .await
+            .expect("migrate the test database");
+        let client = connect(&url).await;
+        TestDb {
+            name,
+            url,
+            admin_url,
+            client,
+        }
+    }
+
+    /// A plain connection for assertions and fault injection.
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// A connection to the server's own database, for acts a test cannot do from
+    /// inside its database (refusing connections to it, for example).
+    pub async fn admin_client(&self) -> tokio_postgres::Client {
+        connect(&self.admin_url).await
+    }
+
+    /// `SELECT count(*)` of a table named by the test itself (never by input).
+    pub async fn count(&self, table: &str) -> i64 {
+        self.client
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("count {table}: {e}"))
+            .get(0)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime, which cannot be blocked on; a thread with
+        // a runtime of its own can.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let client = connect(&admin_url).await;
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop test database {}: {e}", self.name);
+        }
+    }
+}
+
+/// Path of a workspace binary built by `cargo build --bins` into this profile's folder.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` (make test does) before the tests",
+        path.display()
+    );
+    path
+}
+
+/// A running binary; killed (SIGKILL) when dropped.
+pub struct Process {
+    pub child: Child,
+    /// Every line the process wrote to stdout and stderr so far.
+    pub output: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Process {
+    /// Starts `name` with `args` and `envs`, and waits until one of its log lines contains
+    /// `ready_marker`; returns the process and that line.
+    pub async fn start(
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        ready_marker: &str,
+    ) -> (Process, String) {
+        let mut command = Command::new(binary(name));
+        command
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let echo = std::env::var_os("TEST_LOG").is_some();
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let output = output.clone();
+            let ready_tx = ready_tx.clone();
+            let marker = ready_marker.to_owned();
+            let name = name.to_owned();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if echo {
+                        eprintln!("[{name}] {line}");
+                    }
+                    if line.contains(&marker) {
+                        let _ = ready_tx.send(line.clone());
+                    }
+                    output.lock().expect("output lock").push(line);
+                }
+            });
+        }
+        drop(ready_tx);
+        let line = tokio::time::timeout(Duration::from_secs(30), ready_rx.recv())
+            .await
+            .ok()
+            .flatten();
+        let process = Process { child, output };
+        match line {
+            Some(line) => (process, line),
+            None => panic!(
+                "{name} did not log {ready_marker:?}; its output:\n{}",
+                process.output_text()
+            ),
+        }
+    }
+
+    pub fn output_text(&self) -> String {
+        self.output.lock().expect("output lock").join("\n")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("process is running") as i32
+    }
+
+    /// Sends a real signal (`kill -<signal>`), as Kubernetes or an operator would.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "process still running after {limit:?}:\n{}",
+                    self.output_text()
+                )
+            })
+            .expect("wait for the process")
+    }
+}
+
+/// The value after `field=` in a text log line, e.g. `addr=127.0.0.1:41234`.
+pub fn log_field(line: &str, field: &str) -> Option<String> {
+    let start = line.find(&format!("{field}="))? + field.len() + 1;
+    let rest = &line[start..];
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"').to_owned())
+}
+
+/// `charges-api` serving on a free loopback port against `db`.
+pub struct TestApi {
+    pub base_url: String,
+    pub process: Process,
+    pub http: reqwest::Client,
+}
+
+impl TestApi {
+    pub async fn start(db: &TestDb, extra_args: &[&str]) -> TestApi {
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            db.url.as_str(),
+        ];
+        args.extend_from_slice(extra_args);
+        let (process, line) = Process::start("charges-api", &args, &[], "listening").await;
+        let addr = log_field(&line, "addr").unwrap_or_else(|| panic!("no addr in {line:?}"));
+        TestApi {
+            base_url: format!("http://{addr}"),
+            process,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// `POST /charges` with a JSON body (as raw text, so tests can send anything).
+    pub async fn post_charge(&self, key: Option<&str>, body: &str) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(self.url("/charges"))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        request.send().await.expect("POST /charges")
+    }
+}
