@@ -141,7 +141,8 @@ mod tests {
     #[test]
     fn refuses_bad_bodies() {
         use ChargeRequestError::*;
-        let cases: &[(&[u8], fn(&ChargeRequestError) -> bool)] = &[
+        type Expectation = fn(&ChargeRequestError) -> bool;
+        let cases: &[(&[u8], Expectation)] = &[
             (b"", |e| matches!(e, Malformed(_))),
             (b"{", |e| matches!(e, Malformed(_))),
             (b"[]", |e| matches!(e, Malformed(_))),
