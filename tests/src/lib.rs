@@ -5,6 +5,8 @@
 //! drops its own). The binaries are the ones `cargo build --bins` put next to this test
 //! executable (`make test` builds them first).
 
+pub mod kafka;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;

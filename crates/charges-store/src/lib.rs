@@ -15,5 +15,5 @@ pub use error::StoreError;
 pub use idempotency_keys::{
     IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
 };
-pub use outbox::OutboxStore;
+pub use outbox::{DeadEvent, OutboxStore, PendingEvent, PublishFailure};
 pub use pool::{PoolSettings, connect};

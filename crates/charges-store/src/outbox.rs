@@ -41,3 +41,257 @@ impl OutboxStore {
         Ok(())
     }
 }
+
+// ---------------------------------------------------------------------------------
+// The relay's statements. The relay claims rows by locking them (`FOR UPDATE SKIP
+// LOCKED`) inside one transaction that lives for one batch; see the charges-relay
+// crate documentation for why there is no "claimed" state and no rescuer.
+// ---------------------------------------------------------------------------------
+
+/// `OutboxClaimSetTimeouts`: bounds the claim transaction (`SET LOCAL`, so it ends
+/// with the transaction). Values are milliseconds as text.
+const CLAIM_SET_TIMEOUTS: &str = "
+SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+       set_config('statement_timeout', $2, true)";
+
+/// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
+/// Matches `outbox_pending_idx` (predicate and order).
+const CLAIM_PENDING: &str = "
+SELECT id, aggregate_id, event_type, payload::text, created_at, attempts
+FROM outbox
+WHERE published_at IS NULL
+  AND dead_at IS NULL
+  AND next_attempt_at <= now()
+ORDER BY created_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED";
+
+/// `OutboxMarkPublishedMany`: one statement per batch, only for acknowledged ids.
+const MARK_PUBLISHED_MANY: &str = "
+UPDATE outbox
+SET published_at = clock_timestamp(),
+    next_attempt_at = clock_timestamp()
+WHERE id = ANY($1)
+  AND published_at IS NULL";
+
+/// `OutboxRecordFailureMany`: one statement per batch; `$4[i]` says whether row `i`
+/// has used up its attempts and becomes dead.
+const RECORD_FAILURE_MANY: &str = "
+UPDATE outbox AS o
+SET attempts = o.attempts + 1,
+    last_error = f.error,
+    next_attempt_at = clock_timestamp() + f.retry_in_ms * interval '1 millisecond',
+    dead_at = CASE WHEN f.dead THEN clock_timestamp() END
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[])
+     AS f(id, error, retry_in_ms, dead)
+WHERE o.id = f.id
+  AND o.published_at IS NULL";
+
+/// `OutboxCleanupTryLock`: at most one relay deletes at a time; released at commit.
+const CLEANUP_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
+
+/// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds.
+/// Pending and dead rows have `published_at IS NULL` and are never matched.
+const DELETE_PUBLISHED: &str = "
+DELETE FROM outbox
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at < now() - $1::float8 * interval '1 second'
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)";
+
+/// `OutboxListDead`
+const LIST_DEAD: &str = "
+SELECT id, aggregate_id, event_type, attempts, last_error, created_at, dead_at
+FROM outbox
+WHERE dead_at IS NOT NULL
+ORDER BY dead_at, id
+LIMIT $1";
+
+/// `OutboxRequeueDeadMany`: `$1` NULL means every dead row.
+const REQUEUE_DEAD_MANY: &str = "
+UPDATE outbox
+SET attempts = 0,
+    dead_at = NULL,
+    next_attempt_at = now()
+WHERE dead_at IS NOT NULL
+  AND ($1::uuid[] IS NULL OR id = ANY($1))";
+
+/// `OutboxListenPending`: the channel the `outbox_notify_pending` trigger notifies on
+/// commit of every INSERT statement (see migration V2).
+const LISTEN_PENDING: &str = "LISTEN outbox_pending";
+
+/// The advisory lock key `OutboxCleanupTryLock` takes ("outbox\x01\x02").
+pub const CLEANUP_LOCK_KEY: i64 = 0x6f75_7462_6f78_0102;
+
+/// A row the relay claimed and must publish.
+#[derive(Debug, Clone)]
+pub struct PendingEvent {
+    pub id: Uuid,
+    pub aggregate_id: Uuid,
+    pub event_type: String,
+    /// The JSON payload as text, exactly what goes on the wire.
+    pub payload: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Failed attempts so far.
+    pub attempts: i32,
+}
+
+/// A failed publish of one row, recorded by [`OutboxStore::record_failures`].
+#[derive(Debug, Clone)]
+pub struct PublishFailure {
+    pub id: Uuid,
+    pub error: String,
+    pub retry_in: std::time::Duration,
+    /// The row has used up its attempts: set `dead_at`, never claim it again.
+    pub dead: bool,
+}
+
+/// A dead row, as `charges-relay dead list` shows it.
+#[derive(Debug, Clone)]
+pub struct DeadEvent {
+    pub id: Uuid,
+    pub aggregate_id: Uuid,
+    pub event_type: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub dead_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl OutboxStore {
+    /// `SET LOCAL` the claim transaction's `idle_in_transaction_session_timeout` and
+    /// `statement_timeout`, so that the server ends it even if the relay hangs.
+    pub async fn set_claim_timeouts(
+        client: &impl GenericClient,
+        idle_in_transaction: std::time::Duration,
+        statement: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let statement_sql = client.prepare_cached(CLAIM_SET_TIMEOUTS).await?;
+        let idle = idle_in_transaction.as_millis().to_string();
+        let stmt = statement.as_millis().to_string();
+        client.query_one(&statement_sql, &[&idle, &stmt]).await?;
+        Ok(())
+    }
+
+    /// Locks and returns up to `limit` publishable rows, oldest first, skipping rows
+    /// other relays hold. The locks last until the caller's transaction ends.
+    pub async fn claim_pending(
+        client: &impl GenericClient,
+        limit: i64,
+    ) -> Result<Vec<PendingEvent>, StoreError> {
+        let statement = client.prepare_cached(CLAIM_PENDING).await?;
+        let rows = client.query(&statement, &[&limit]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(PendingEvent {
+                    id: row.try_get(0)?,
+                    aggregate_id: row.try_get(1)?,
+                    event_type: row.try_get(2)?,
+                    payload: row.try_get(3)?,
+                    created_at: row.try_get(4)?,
+                    attempts: row.try_get(5)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Marks the broker-acknowledged `ids` published; returns how many rows changed.
+    pub async fn mark_published(
+        client: &impl GenericClient,
+        ids: &[Uuid],
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let statement = client.prepare_cached(MARK_PUBLISHED_MANY).await?;
+        Ok(client.execute(&statement, &[&ids]).await?)
+    }
+
+    /// Records failed attempts (error, next attempt, dead) in one statement.
+    pub async fn record_failures(
+        client: &impl GenericClient,
+        failures: &[PublishFailure],
+    ) -> Result<u64, StoreError> {
+        if failures.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<Uuid> = failures.iter().map(|f| f.id).collect();
+        let errors: Vec<&str> = failures.iter().map(|f| f.error.as_str()).collect();
+        let retry_in_ms: Vec<i64> = failures
+            .iter()
+            .map(|f| i64::try_from(f.retry_in.as_millis()).unwrap_or(i64::MAX))
+            .collect();
+        let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
+        let statement = client.prepare_cached(RECORD_FAILURE_MANY).await?;
+        Ok(client
+            .execute(&statement, &[&ids, &errors, &retry_in_ms, &dead])
+            .await?)
+    }
+
+    /// Takes the cleanup lock for the caller's transaction; `false` if another relay
+    /// holds it.
+    pub async fn try_cleanup_lock(client: &impl GenericClient) -> Result<bool, StoreError> {
+        let statement = client.prepare_cached(CLEANUP_TRY_LOCK).await?;
+        Ok(client
+            .query_one(&statement, &[&CLEANUP_LOCK_KEY])
+            .await?
+            .try_get(0)?)
+    }
+
+    /// Deletes up to `limit` rows published more than `older_than` ago.
+    pub async fn delete_published(
+        client: &impl GenericClient,
+        older_than: std::time::Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let statement = client.prepare_cached(DELETE_PUBLISHED).await?;
+        Ok(client
+            .execute(&statement, &[&older_than.as_secs_f64(), &limit])
+            .await?)
+    }
+
+    /// Up to `limit` dead rows, oldest death first.
+    pub async fn list_dead(
+        client: &impl GenericClient,
+        limit: i64,
+    ) -> Result<Vec<DeadEvent>, StoreError> {
+        let statement = client.prepare_cached(LIST_DEAD).await?;
+        let rows = client.query(&statement, &[&limit]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DeadEvent {
+                    id: row.try_get(0)?,
+                    aggregate_id: row.try_get(1)?,
+                    event_type: row.try_get(2)?,
+                    attempts: row.try_get(3)?,
+                    last_error: row.try_get(4)?,
+                    created_at: row.try_get(5)?,
+                    dead_at: row.try_get(6)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Makes dead rows pending again with a fresh attempt budget: the rows in `ids`,
+    /// or every dead row when `ids` is `None`. Returns how many rows changed.
+    pub async fn requeue_dead(
+        client: &impl GenericClient,
+        ids: Option<&[Uuid]>,
+    ) -> Result<u64, StoreError> {
+        let statement = client.prepare_cached(REQUEUE_DEAD_MANY).await?;
+        let ids: Option<Vec<Uuid>> = ids.map(<[Uuid]>::to_vec);
+        Ok(client.execute(&statement, &[&ids]).await?)
+    }
+}
+
+impl OutboxStore {
+    /// Subscribes `client`'s session to the insert notifications. The notifications
+    /// arrive on the client's connection future as `AsyncMessage::Notification`.
+    pub async fn listen(client: &tokio_postgres::Client) -> Result<(), StoreError> {
+        client.batch_execute(LISTEN_PENDING).await?;
+        Ok(())
+    }
+}

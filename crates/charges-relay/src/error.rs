@@ -1,0 +1,35 @@
+use charges_store::StoreError;
+
+/// Everything that can stop the relay or one of its commands. A failed batch is
+/// logged and retried by the loop; only start-up failures end the process.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("database operation failed")]
+    Store(#[from] StoreError),
+    #[error("no database connection could be obtained")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("database statement failed")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("invalid database URL")]
+    DatabaseUrl(#[source] tokio_postgres::Error),
+    #[error("creating the Kafka producer failed")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("installing the signal handler failed")]
+    Signal(#[source] std::io::Error),
+    #[error("logging could not be initialised: {0}")]
+    Telemetry(String),
+    #[error("writing to stdout failed")]
+    Output(#[source] std::io::Error),
+}
+
+/// `error: cause: cause…`, for one log field.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

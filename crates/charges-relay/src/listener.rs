@@ -1,0 +1,96 @@
+//! The wake-up: a dedicated connection LISTENing on `outbox_pending`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charges_store::OutboxStore;
+use futures::StreamExt;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_postgres::AsyncMessage;
+
+use crate::RelayError;
+
+const RECONNECT_MIN: Duration = Duration::from_millis(200);
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+
+/// One live LISTEN session: the client must stay alive for the connection to stay open.
+struct Session {
+    _client: tokio_postgres::Client,
+    connection: JoinHandle<Result<(), tokio_postgres::Error>>,
+}
+
+/// Connects and LISTENs; every notification calls `wake.notify_one()` (a permit is
+/// stored if the relay is busy, so a notification is never lost while it works).
+async fn listen(
+    config: &tokio_postgres::Config,
+    wake: &Arc<Notify>,
+) -> Result<Session, RelayError> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let notify = wake.clone();
+    let connection = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message? {
+                AsyncMessage::Notification(_) => notify.notify_one(),
+                AsyncMessage::Notice(notice) => tracing::debug!(%notice, "listener notice"),
+                _ => {}
+            }
+        }
+        Ok(())
+    });
+    OutboxStore::listen(&client).await?;
+    // Rows committed while nobody listened got no wake-up of their own.
+    wake.notify_one();
+    Ok(Session {
+        _client: client,
+        connection,
+    })
+}
+
+/// LISTENs once (failing start-up if it cannot), then keeps the session alive in the
+/// background: when the connection drops it reconnects with exponential backoff. The
+/// relay keeps polling meanwhile, so a lost listener only costs latency.
+pub async fn start(
+    database_url: &str,
+    wake: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, RelayError> {
+    let mut config: tokio_postgres::Config =
+        database_url.parse().map_err(RelayError::DatabaseUrl)?;
+    config.application_name("charges-relay-listener");
+    config.connect_timeout(Duration::from_secs(5));
+    let mut session = listen(&config, &wake).await?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                ended = &mut session.connection => {
+                    let reason = match ended {
+                        Ok(Ok(())) => "closed by the server".to_owned(),
+                        Ok(Err(e)) => crate::error_chain(&e),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::warn!(reason, "listener connection lost; polling until it is back");
+                }
+                _ = shutdown.changed() => return,
+            }
+            let mut delay = RECONNECT_MIN;
+            session = loop {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = shutdown.changed() => return,
+                }
+                match listen(&config, &wake).await {
+                    Ok(session) => {
+                        tracing::info!("listener reconnected");
+                        break session;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %crate::error_chain(&e), retry_in = ?delay, "listener reconnect failed");
+                        delay = (delay * 2).min(RECONNECT_MAX);
+                    }
+                }
+            };
+        }
+    }))
+}

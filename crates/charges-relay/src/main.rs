@@ -1,0 +1,20 @@
+use std::process::ExitCode;
+
+use charges_relay::config::Cli;
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = charges_relay::init_logging(cli.run.log_format) {
+        eprintln!("charges-relay: {e}");
+        return ExitCode::FAILURE;
+    }
+    match charges_relay::main(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %charges_relay::error_chain(&e), "charges-relay failed");
+            ExitCode::FAILURE
+        }
+    }
+}

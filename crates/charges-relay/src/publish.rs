@@ -1,0 +1,127 @@
+//! The Kafka side: the producer's settings and the message an outbox row becomes.
+
+use std::time::Duration;
+
+use charges_store::PendingEvent;
+use chrono::SecondsFormat;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use rdkafka::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::config::MessageKey;
+
+/// Builds the producer: idempotent (no duplicates from its own retries), `acks=all`
+/// (an ack means every in-sync replica has the message), and `message.timeout.ms` =
+/// `publish_timeout`, so that every delivery future resolves within it. `extra` is
+/// applied last (`--kafka-config`).
+pub fn producer(
+    brokers: &str,
+    publish_timeout: Duration,
+    extra: &[(String, String)],
+) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "charges-relay")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set(
+            "message.timeout.ms",
+            publish_timeout.as_millis().max(1).to_string(),
+        );
+    for (key, value) in extra {
+        config.set(key, value);
+    }
+    config.create()
+}
+
+/// What every message of one relay shares.
+#[derive(Debug, Clone)]
+pub struct MessageSettings {
+    pub topic: String,
+    pub key: MessageKey,
+    pub event_source: String,
+}
+
+/// Headers of one event: `id` (what consumers deduplicate on), the CloudEvents Kafka
+/// binary binding (`ce_*`, `content-type`), and `aggregate_id`.
+pub fn headers(event: &PendingEvent, source: &str) -> OwnedHeaders {
+    let id = event.id.to_string();
+    let aggregate_id = event.aggregate_id.to_string();
+    let time = event
+        .created_at
+        .to_rfc3339_opts(SecondsFormat::Micros, true);
+    [
+        ("id", id.as_str()),
+        ("ce_specversion", "1.0"),
+        ("ce_id", id.as_str()),
+        ("ce_type", event.event_type.as_str()),
+        ("ce_source", source),
+        ("ce_time", time.as_str()),
+        ("content-type", "application/json"),
+        ("aggregate_id", aggregate_id.as_str()),
+    ]
+    .into_iter()
+    .fold(
+        OwnedHeaders::new_with_capacity(8),
+        |headers, (key, value)| {
+            headers.insert(Header {
+                key,
+                value: Some(value),
+            })
+        },
+    )
+}
+
+/// Publishes `events` concurrently and waits for every acknowledgement, at most
+/// `deadline` in all. Returns one result per event, in order: `Ok` only for a message
+/// the broker acknowledged; an event still unacknowledged at the deadline is an
+/// `Err` (it may still arrive: at least once, never "at most once").
+pub async fn publish_batch(
+    producer: &FutureProducer,
+    settings: &MessageSettings,
+    events: &[PendingEvent],
+    deadline: Duration,
+) -> Vec<Result<(), String>> {
+    let mut results: Vec<Option<Result<(), String>>> = vec![None; events.len()];
+    let in_flight = FuturesUnordered::new();
+    for (index, event) in events.iter().enumerate() {
+        let key = match settings.key {
+            MessageKey::OutboxId => event.id.to_string(),
+            MessageKey::AggregateId => event.aggregate_id.to_string(),
+        };
+        let record = FutureRecord::to(&settings.topic)
+            .key(key.as_str())
+            .payload(event.payload.as_str())
+            .headers(headers(event, &settings.event_source));
+        // `send_result` only enqueues; it never waits (a full local queue is an error
+        // here, retried with the row's backoff).
+        match producer.send_result(record) {
+            Ok(delivery) => in_flight.push(async move { (index, delivery.await) }),
+            Err((error, _record)) => results[index] = Some(Err(error.to_string())),
+        }
+    }
+    let waited = tokio::time::timeout(deadline, async {
+        let mut in_flight = in_flight;
+        while let Some((index, delivered)) = in_flight.next().await {
+            results[index] = Some(match delivered {
+                Ok(Ok(_delivery)) => Ok(()),
+                Ok(Err((error, _message))) => Err(error.to_string()),
+                Err(_canceled) => Err("the producer dropped the message".to_owned()),
+            });
+        }
+    })
+    .await;
+    let timed_out = waited.is_err();
+    results
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|| {
+                debug_assert!(timed_out);
+                Err(format!("no acknowledgement within {deadline:?}"))
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,194 @@
+//! A Kafka for one test: a topic of its own on librdkafka's in-process mock cluster, or
+//! on the real broker at `KAFKA_BROKERS` when that is set. Read back with a consumer
+//! that `assign()`s every partition from the beginning (no consumer group, so no
+//! rebalance wait).
+//!
+//! Fault injection (`broker_down`, `request_errors`) only exists on the mock:
+//! [`TestKafka::mock`] is `None` against a real broker, and tests that need it skip.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::{Offset, TopicPartitionList};
+use uuid::Uuid;
+
+pub type Mock = MockCluster<'static, DefaultProducerContext>;
+
+/// One topic for one test. Keep it alive for as long as any client (the relay
+/// process included) talks to it: dropping the mock cluster stops its brokers.
+pub struct TestKafka {
+    mock: Option<Mock>,
+    pub bootstrap: String,
+    pub topic: String,
+    pub partitions: i32,
+}
+
+impl TestKafka {
+    /// A fresh topic with `partitions` partitions.
+    pub async fn new(partitions: i32) -> TestKafka {
+        let topic = format!("relay-test-{}", Uuid::new_v4().simple());
+        match std::env::var("KAFKA_BROKERS") {
+            Ok(bootstrap) if !bootstrap.is_empty() => {
+                let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+                    .set("bootstrap.servers", &bootstrap)
+                    .create()
+                    .expect("Kafka admin client");
+                let results = admin
+                    .create_topics(
+                        &[NewTopic::new(
+                            &topic,
+                            partitions,
+                            TopicReplication::Fixed(1),
+                        )],
+                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+                    )
+                    .await
+                    .expect("create topic");
+                for result in results {
+                    result.unwrap_or_else(|(name, e)| panic!("create topic {name}: {e}"));
+                }
+                TestKafka {
+                    mock: None,
+                    bootstrap,
+                    topic,
+                    partitions,
+                }
+            }
+            _ => {
+                let mock = MockCluster::new(1).expect("start the Kafka mock cluster");
+                mock.create_topic(&topic, partitions, 1)
+                    .expect("create topic on the mock cluster");
+                TestKafka {
+                    bootstrap: mock.bootstrap_servers(),
+                    mock: Some(mock),
+                    topic,
+                    partitions,
+                }
+            }
+        }
+    }
+
+    /// The mock cluster, for fault injection; `None` against a real broker.
+    pub fn mock(&self) -> Option<&Mock> {
+        self.mock.as_ref()
+    }
+
+    /// A reader of this topic from its first offset.
+    pub fn reader(&self) -> TopicReader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set(
+                "group.id",
+                format!("relay-test-reader-{}", Uuid::new_v4().simple()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("Kafka consumer");
+        let mut assignment = TopicPartitionList::new();
+        for partition in 0..self.partitions {
+            assignment
+                .add_partition_offset(&self.topic, partition, Offset::Beginning)
+                .expect("add partition");
+        }
+        consumer.assign(&assignment).expect("assign partitions");
+        TopicReader {
+            consumer,
+            messages: Vec::new(),
+        }
+    }
+}
+
+/// One message as read back.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub payload: Option<String>,
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// Everything read from the topic so far.
+pub struct TopicReader {
+    consumer: BaseConsumer,
+    pub messages: Vec<Received>,
+}
+
+impl TopicReader {
+    /// Reads whatever is available right now, without blocking the runtime.
+    pub fn drain(&mut self) {
+        while let Some(result) = self.consumer.poll(Duration::ZERO) {
+            let message = result.expect("consume");
+            let headers = message
+                .headers()
+                .map(|headers| {
+                    headers
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.key.to_owned(),
+                                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.messages.push(Received {
+                partition: message.partition(),
+                offset: message.offset(),
+                key: message
+                    .key()
+                    .map(|k| String::from_utf8_lossy(k).into_owned()),
+                payload: message
+                    .payload()
+                    .map(|p| String::from_utf8_lossy(p).into_owned()),
+                headers,
+            });
+        }
+    }
+
+    /// Reads until `done(messages)` holds; panics after `limit`.
+    pub async fn read_until(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut done: impl FnMut(&[Received]) -> bool,
+    ) -> &[Received] {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            self.drain();
+            if done(&self.messages) {
+                return &self.messages;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "topic never showed {what} within {limit:?}; read {} messages",
+                self.messages.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Messages whose header `id` is `id`.
+    pub fn with_id(&self, id: &str) -> Vec<&Received> {
+        self.messages
+            .iter()
+            .filter(|m| m.header("id") == Some(id))
+            .collect()
+    }
+}

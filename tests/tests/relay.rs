@@ -1,0 +1,672 @@
+//! `charges-relay` end to end: the real binary, a real Postgres (a database per test)
+//! and a real Kafka protocol peer (librdkafka's mock cluster, a topic per test; or the
+//! broker at `KAFKA_BROKERS`). No test asserts on timing: each polls for the state it
+//! expects, up to a generous deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use charges_tests::kafka::TestKafka;
+use charges_tests::{Process, TestApi, TestDb, binary};
+use uuid::Uuid;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Starts a relay for `db` and `kafka` with quick test settings, plus `extra` flags
+/// (later flags win).
+async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "--database-url",
+        db.url.as_str(),
+        "--kafka-brokers",
+        kafka.bootstrap.as_str(),
+        "--topic",
+        kafka.topic.as_str(),
+        "--poll-interval",
+        "200ms",
+        "--publish-timeout",
+        "2s",
+        "--backoff-base",
+        "200ms",
+        "--backoff-max",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    Process::start("charges-relay", &args, &[], "relay started")
+        .await
+        .0
+}
+
+/// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries
+/// `pad` filler bytes; returns the outbox ids in insertion order.
+async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
+    db.client()
+        .query(
+            "WITH ids AS (
+                 SELECT gen_random_uuid() AS charge_id, gen_random_uuid() AS event_id, g
+                 FROM generate_series(1, $1::int) AS g
+             ), c AS (
+                 INSERT INTO charges (id, amount_cents, currency)
+                 SELECT charge_id, 100 + g, 'EUR' FROM ids
+             )
+             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+             SELECT event_id, charge_id, 'ChargeCreated',
+                    jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
+                                       'amountCents', 100 + g, 'currency', 'EUR',
+                                       'pad', repeat('x', $2::int)),
+                    clock_timestamp()
+             FROM ids ORDER BY g
+             RETURNING id",
+            &[&n, &pad],
+        )
+        .await
+        .expect("insert pending outbox rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Polls `sql` (one row, one `bool` column) until it is true.
+async fn wait_for_sql(
+    db: &TestDb,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    what: &str,
+) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let holds: bool = db
+            .client()
+            .query_one(sql, params)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0);
+        if holds {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+struct OutboxRow {
+    published: bool,
+    attempts: i32,
+    last_error: Option<String>,
+    retry_scheduled: bool,
+    dead: bool,
+}
+
+async fn outbox_row(db: &TestDb, id: Uuid) -> OutboxRow {
+    let row = db
+        .client()
+        .query_one(
+            "SELECT published_at IS NOT NULL, attempts, last_error,
+                    next_attempt_at > created_at, dead_at IS NOT NULL
+             FROM outbox WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .expect("read outbox row");
+    OutboxRow {
+        published: row.get(0),
+        attempts: row.get(1),
+        last_error: row.get(2),
+        retry_scheduled: row.get(3),
+        dead: row.get(4),
+    }
+}
+
+/// Runs a `charges-relay` subcommand to completion and returns its stdout.
+fn relay_command(db: &TestDb, args: &[&str]) -> String {
+    let output = std::process::Command::new(binary("charges-relay"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("run charges-relay");
+    assert!(
+        output.status.success(),
+        "charges-relay {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// 1. One charge through the API → exactly one message, keyed and headed by its outbox
+///    id, with the CloudEvents headers and the row's payload; the row is then marked.
+#[tokio::test]
+async fn a_created_charge_is_published_once_with_its_headers() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(3).await;
+    let api = TestApi::start(&db, &[]).await;
+    let _relay = start_relay(&db, &kafka, &[]).await;
+
+    let key = Uuid::new_v4().to_string();
+    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    assert_eq!(response.status().as_u16(), 201, "POST /charges");
+
+    let row = db
+        .client()
+        .query_one(
+            "SELECT id, aggregate_id, event_type, payload::text FROM outbox",
+            &[],
+        )
+        .await
+        .expect("exactly one outbox row");
+    let (id, aggregate_id, event_type, payload): (Uuid, Uuid, String, String) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let id_text = id.to_string();
+
+    wait_for_sql(
+        &db,
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&id],
+        "the row is marked published",
+    )
+    .await;
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "the event", |m| !m.is_empty())
+        .await;
+    // Nothing else is coming: the row is marked, and a second look finds no copy.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reader.drain();
+    assert_eq!(
+        reader.messages.len(),
+        1,
+        "exactly one message: {:?}",
+        reader.messages
+    );
+    let message = &reader.messages[0];
+    assert_eq!(message.key.as_deref(), Some(id_text.as_str()));
+    assert_eq!(message.header("id"), Some(id_text.as_str()));
+    assert_eq!(message.header("ce_id"), Some(id_text.as_str()));
+    assert_eq!(message.header("ce_specversion"), Some("1.0"));
+    assert_eq!(message.header("ce_type"), Some(event_type.as_str()));
+    assert_eq!(event_type, "ChargeCreated");
+    assert_eq!(message.header("ce_source"), Some("urn:charges"));
+    assert_eq!(message.header("content-type"), Some("application/json"));
+    assert_eq!(
+        message.header("aggregate_id"),
+        Some(aggregate_id.to_string().as_str())
+    );
+    let time = message.header("ce_time").expect("ce_time");
+    chrono::DateTime::parse_from_rfc3339(time).expect("ce_time is RFC 3339");
+    let sent: serde_json::Value =
+        serde_json::from_str(message.payload.as_deref().expect("payload")).expect("JSON payload");
+    let stored: serde_json::Value = serde_json::from_str(&payload).expect("stored JSON");
+    assert_eq!(sent, stored);
+}
+
+/// 2. While the broker is down nothing is marked: attempts and the error are recorded,
+///    the retry is scheduled, the relay does not spin; once it is back, the row goes out.
+#[tokio::test]
+async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let Some(mock) = kafka.mock() else {
+        eprintln!("skipped: needs the mock cluster's fault injection (KAFKA_BROKERS is set)");
+        return;
+    };
+    mock.broker_down(1).expect("broker down");
+    let _relay = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
+    let ids = insert_pending(&db, 3, 0).await;
+
+    wait_for_sql(
+        &db,
+        "SELECT bool_and(attempts >= 1) FROM outbox",
+        &[],
+        "every row has a failed attempt",
+    )
+    .await;
+    // A few more seconds down: the relay keeps failing, but slowly (each attempt waits
+    // for its delivery timeout, then the row backs off).
+    let watched_from = tokio::time::Instant::now();
+    while watched_from.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in &ids {
+        let row = outbox_row(&db, *id).await;
+        assert!(!row.published, "marked published while the broker is down");
+        assert!(!row.dead);
+        assert!(
+            (1..=8).contains(&row.attempts),
+            "attempts should stay small, got {}",
+            row.attempts
+        );
+        assert!(
+            row.last_error.is_some_and(|e| !e.is_empty()),
+            "last_error recorded"
+        );
+        assert!(row.retry_scheduled, "next_attempt_at moved on");
+    }
+    let nothing: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(nothing, 0);
+
+    mock.broker_up(1).expect("broker up");
+    wait_for_sql(
+        &db,
+        "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
+        &[],
+        "every row is published after the broker came back",
+    )
+    .await;
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "all three events", |m| {
+            ids.iter().all(|id| {
+                m.iter()
+                    .any(|m| m.header("id") == Some(id.to_string().as_str()))
+            })
+        })
+        .await;
+}
+
+/// 3. Acknowledged but not marked (the relay dies in between): the next relay
+///    publishes the event again, and a consumer deduplicating on header `id` sees it once.
+#[tokio::test]
+async fn a_relay_killed_between_ack_and_mark_publishes_again() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let api = TestApi::start(&db, &[]).await;
+
+    // The obstacle: marking hangs (until the claim transaction's own timeout ends it).
+    db.client()
+        .batch_execute(
+            "CREATE FUNCTION test_hang() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_sleep(3600); RETURN NEW; END $$;
+             CREATE TRIGGER test_hang BEFORE UPDATE ON outbox
+                 FOR EACH ROW EXECUTE FUNCTION test_hang();",
+        )
+        .await
+        .expect("install the hanging trigger");
+
+    let key = Uuid::new_v4().to_string();
+    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    assert_eq!(response.status().as_u16(), 201, "POST /charges");
+    let id: Uuid = db
+        .client()
+        .query_one("SELECT id FROM outbox", &[])
+        .await
+        .expect("one outbox row")
+        .get(0);
+    let id_text = id.to_string();
+
+    let mut first = start_relay(&db, &kafka, &["--publish-timeout", "10s"]).await;
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "the event", |m| {
+            m.iter().any(|m| m.header("id") == Some(id_text.as_str()))
+        })
+        .await;
+    let copies_before_kill = reader.with_id(&id_text).len();
+    first.signal("KILL");
+    first.wait(Duration::from_secs(10)).await;
+    assert!(
+        !outbox_row(&db, id).await.published,
+        "the mark never completed, so the row must still be pending"
+    );
+
+    db.client()
+        .batch_execute("DROP TRIGGER test_hang ON outbox")
+        .await
+        .expect("remove the obstacle");
+    let _second = start_relay(&db, &kafka, &[]).await;
+    wait_for_sql(
+        &db,
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&id],
+        "the second relay marks the row",
+    )
+    .await;
+    reader
+        .read_until(DEADLINE, "a second copy", |m| {
+            m.iter()
+                .filter(|m| m.header("id") == Some(id_text.as_str()))
+                .count()
+                > copies_before_kill
+        })
+        .await;
+
+    // At least once on the wire; exactly once in the database and for a consumer
+    // that deduplicates on header `id`.
+    assert!(reader.with_id(&id_text).len() >= 2);
+    let charges: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM charges", &[])
+        .await
+        .expect("count charges")
+        .get(0);
+    assert_eq!(charges, 1, "one charge for one idempotency key");
+    let deduplicated: BTreeSet<&str> = reader
+        .messages
+        .iter()
+        .filter_map(|m| m.header("id"))
+        .collect();
+    assert_eq!(
+        deduplicated.len(),
+        1,
+        "a deduplicating consumer counts the event once"
+    );
+}
+
+/// 4. Four relays share 10 000 rows: every row is published and marked, none twice.
+#[tokio::test]
+async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
+    const ROWS: usize = 10_000;
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(4).await;
+    let mut relays = Vec::new();
+    for _ in 0..4 {
+        relays.push(start_relay(&db, &kafka, &["--publish-timeout", "30s"]).await);
+    }
+    let ids = insert_pending(&db, ROWS as i32, 0).await;
+    assert_eq!(ids.len(), ROWS);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let pending: i64 = db
+            .client()
+            .query_one(
+                "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+                &[],
+            )
+            .await
+            .expect("count pending")
+            .get(0);
+        if pending == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pending} rows still pending"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut reader = kafka.reader();
+    reader
+        .read_until(Duration::from_secs(120), "every event", |m| m.len() >= ROWS)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reader.drain();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for message in &reader.messages {
+        *seen
+            .entry(message.header("id").expect("header id"))
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    assert_eq!(seen.len(), ROWS);
+    let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
+    let got: BTreeSet<String> = seen.keys().map(|s| (*s).to_owned()).collect();
+    assert_eq!(got, expected);
+    for relay in &relays {
+        assert!(
+            !relay.output_text().contains("ERROR"),
+            "a relay logged an error:\n{}",
+            relay.output_text()
+        );
+    }
+}
+
+/// 5. A row that cannot be published (bigger than `message.max.bytes`) goes dead after
+///    --max-attempts while its batch neighbours are published; `dead list` shows it and
+///    `dead requeue` makes it pending again.
+#[tokio::test]
+async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let before = insert_pending(&db, 3, 0).await;
+    let poisoned = insert_pending(&db, 1, 20_000).await[0];
+    let after = insert_pending(&db, 3, 0).await;
+    let mut relay = start_relay(
+        &db,
+        &kafka,
+        &[
+            "--kafka-config",
+            "message.max.bytes=10000",
+            "--max-attempts",
+            "3",
+            "--backoff-base",
+            "10ms",
+            "--backoff-max",
+            "50ms",
+        ],
+    )
+    .await;
+
+    wait_for_sql(
+        &db,
+        "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&poisoned],
+        "the poisoned row is dead",
+    )
+    .await;
+    for id in before.iter().chain(&after) {
+        wait_for_sql(
+            &db,
+            "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+            &[id],
+            "its neighbours are published",
+        )
+        .await;
+    }
+    let row = outbox_row(&db, poisoned).await;
+    assert_eq!(row.attempts, 3);
+    assert!(!row.published);
+    assert!(row.last_error.is_some_and(|e| !e.is_empty()));
+
+    // Dead rows are no longer claimed: stop the relay so nothing races the requeue.
+    relay.signal("TERM");
+    assert!(relay.wait(Duration::from_secs(30)).await.success());
+
+    let listed = relay_command(&db, &["dead", "list"]);
+    assert!(
+        listed.contains(&poisoned.to_string()),
+        "dead list:\n{listed}"
+    );
+    assert!(!listed.contains(&before[0].to_string()));
+
+    let requeued = relay_command(&db, &["dead", "requeue", "--id", &poisoned.to_string()]);
+    assert!(requeued.contains("requeued 1"), "dead requeue: {requeued}");
+    let row = outbox_row(&db, poisoned).await;
+    assert!(!row.dead);
+    assert_eq!(row.attempts, 0);
+    let listed = relay_command(&db, &["dead", "list"]);
+    assert!(
+        !listed.contains(&poisoned.to_string()),
+        "dead list:\n{listed}"
+    );
+
+    // With the default (1 MB) limit the requeued row goes out.
+    let _relay = start_relay(&db, &kafka, &[]).await;
+    wait_for_sql(
+        &db,
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&poisoned],
+        "the requeued row is published",
+    )
+    .await;
+}
+
+/// 6. Published rows past retention are deleted; recent, pending and dead rows stay.
+#[tokio::test]
+async fn retention_deletes_old_published_rows_only() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let ids = insert_pending(&db, 5, 0).await;
+    let (old_a, old_b, recent, pending, dead) = (ids[0], ids[1], ids[2], ids[3], ids[4]);
+    db.client()
+        .execute(
+            "UPDATE outbox SET published_at = now() - interval '2 hours' WHERE id = ANY($1)",
+            &[&vec![old_a, old_b]],
+        )
+        .await
+        .expect("age two rows");
+    db.client()
+        .execute(
+            "UPDATE outbox SET published_at = now() WHERE id = $1",
+            &[&recent],
+        )
+        .await
+        .expect("publish one row");
+    db.client()
+        .execute(
+            "UPDATE outbox SET next_attempt_at = now() + interval '1 day',
+                               created_at = now() - interval '2 hours' WHERE id = $1",
+            &[&pending],
+        )
+        .await
+        .expect("park one row");
+    db.client()
+        .execute(
+            "UPDATE outbox SET dead_at = now() - interval '2 hours', attempts = 10,
+                               created_at = now() - interval '2 hours' WHERE id = $1",
+            &[&dead],
+        )
+        .await
+        .expect("kill one row");
+
+    let _relay = start_relay(
+        &db,
+        &kafka,
+        &["--published-retention", "1h", "--cleanup-interval", "200ms"],
+    )
+    .await;
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 0 FROM outbox WHERE id = ANY($1)",
+        &[&vec![old_a, old_b]],
+        "old published rows are deleted",
+    )
+    .await;
+    let remaining: Vec<Uuid> = db
+        .client()
+        .query("SELECT id FROM outbox ORDER BY created_at", &[])
+        .await
+        .expect("remaining rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let remaining: BTreeSet<Uuid> = remaining.into_iter().collect();
+    assert_eq!(remaining, BTreeSet::from([recent, pending, dead]));
+    assert_eq!(db.count("charges").await, 5, "charges are never deleted");
+}
+
+/// 7. SIGTERM with a batch in flight that the broker never acknowledges: the relay
+///    exits 0 within the publish timeout (plus margin) and marks nothing.
+#[tokio::test]
+async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let mock = kafka.mock();
+    if let Some(mock) = mock {
+        mock.broker_down(1).expect("broker down");
+    }
+    let mut relay = start_relay(&db, &kafka, &["--publish-timeout", "3s"]).await;
+    insert_pending(&db, 5, 0).await;
+
+    if mock.is_some() {
+        // The batch is in flight: its claim transaction is open, waiting for acks.
+        wait_for_sql(
+            &db,
+            "SELECT count(*) > 0 FROM pg_stat_activity
+             WHERE datname = current_database()
+               AND application_name = 'charges-relay'
+               AND state = 'idle in transaction'",
+            &[],
+            "a claim transaction is open",
+        )
+        .await;
+    }
+    relay.signal("TERM");
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert!(
+        status.success(),
+        "exit status {status:?}:\n{}",
+        relay.output_text()
+    );
+    assert!(relay.output_text().contains("relay stopped"));
+    if mock.is_some() {
+        let marked: i64 = db
+            .client()
+            .query_one(
+                "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+                &[],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        assert_eq!(
+            marked, 0,
+            "nothing was acknowledged, so nothing may be marked"
+        );
+    }
+}
+
+/// Waits until `process` has logged a line containing `marker`.
+async fn wait_for_log(process: &Process, marker: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !process.output_text().contains(marker) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never logged {marker:?}:\n{}",
+            process.output_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The wake-up: with polling effectively off, an insert is published because its
+/// NOTIFY wakes the relay; when the LISTEN connection is killed the relay reconnects
+/// and is woken again.
+#[tokio::test]
+async fn notifications_wake_the_relay_and_the_listener_reconnects() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let relay = start_relay(&db, &kafka, &["--poll-interval", "1h"]).await;
+
+    let first = insert_pending(&db, 2, 0).await;
+    wait_for_sql(
+        &db,
+        "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
+        &[&first],
+        "the notified rows are published",
+    )
+    .await;
+
+    let terminated: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM (
+                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database()
+                   AND application_name = 'charges-relay-listener'
+             ) AS t",
+            &[],
+        )
+        .await
+        .expect("terminate the listener")
+        .get(0);
+    assert_eq!(terminated, 1, "one listener connection");
+    wait_for_log(&relay, "listener reconnected").await;
+
+    let second = insert_pending(&db, 1, 0).await;
+    wait_for_sql(
+        &db,
+        "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
+        &[&second],
+        "a row inserted after the reconnect is published",
+    )
+    .await;
+}
