@@ -3,9 +3,9 @@
 use actix_web::{App, HttpResponse, HttpServer, web};
 use charges_store::{IdempotencyStore, Pool};
 
-use crate::charges;
 use crate::cli::ServeArgs;
 use crate::problem::ApiError;
+use crate::{charges, refunds};
 
 /// What every worker shares.
 pub struct AppState {
@@ -20,7 +20,17 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(
             web::resource("/charges")
                 .route(web::post().to(charges::create))
-                .default_service(web::to(method_not_allowed)),
+                .default_service(allow("POST")),
+        )
+        .service(
+            web::resource("/charges/{id}")
+                .route(web::get().to(charges::get))
+                .default_service(allow("GET")),
+        )
+        .service(
+            web::resource("/charges/{id}/refunds")
+                .route(web::post().to(refunds::create))
+                .default_service(allow("POST")),
         )
         .default_service(web::to(not_found));
 }
@@ -29,8 +39,11 @@ async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
 
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+/// A resource's answer to any method it does not serve.
+fn allow(methods: &'static str) -> actix_web::Route {
+    web::to(
+        move || async move { Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allow: methods }) },
+    )
 }
 
 /// Serves until SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish

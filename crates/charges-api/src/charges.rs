@@ -1,39 +1,30 @@
-//! `POST /charges`.
+//! `POST /charges` and `GET /charges/{id}`.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use charges_domain::{Charge, ChargeCreated, CreateCharge, EventType, Fingerprint};
+use charges_domain::{
+    Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, Fingerprint,
+};
 use charges_store::{
-    ChargeStore, IdempotentOperation, OutboxStore, StoreError, StoredResponse, Transaction,
+    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoreError, StoredResponse,
+    Transaction,
 };
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::idempotency;
+use crate::idempotency::idempotent;
 use crate::problem::ApiError;
 
-/// The idempotency scope of this endpoint.
-const ENDPOINT: &str = "/charges";
-
-/// Validation happens before the key is reserved, so a refused request leaves nothing
-/// behind and its key stays free (only requests that started executing are remembered).
 pub async fn create(
     request: HttpRequest,
-    body: web::Payload,
+    payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    require_json(&request)?;
-    let key = idempotency::key_from(&request)?;
-    let body = read_body(&request, body, state.max_body_bytes).await?;
-    let charge = CreateCharge::from_json(&body)?;
-    let outcome = state
-        .idempotency
-        .run(&state.pool, &key, ENDPOINT, &CreateChargeOperation(charge))
-        .await?;
-    tracing::info!(idempotency_key = %key, endpoint = ENDPOINT, outcome = outcome.as_str(), "charge request");
-    idempotency::respond(outcome)
+    idempotent(&request, payload, &state, "/charges", |body| {
+        Ok(CreateChargeOperation(CreateCharge::from_json(body)?))
+    })
+    .await
 }
 
 struct CreateChargeOperation(CreateCharge);
@@ -57,10 +48,8 @@ impl IdempotentOperation for CreateChargeOperation {
             created_at: now,
         };
         let event = ChargeCreated::new(Uuid::now_v7(), &charge);
-        let payload = serde_json::to_value(&event)
-            .map_err(|e| StoreError::Corrupt(format!("encode ChargeCreated: {e}")))?;
-        let body = serde_json::to_string(&charge)
-            .map_err(|e| StoreError::Corrupt(format!("encode charge: {e}")))?;
+        let payload = to_json_value(&event)?;
+        let body = to_json_string(&charge)?;
         ChargeStore::insert(tx, &charge).await?;
         OutboxStore::insert(
             tx,
@@ -79,42 +68,46 @@ impl IdempotentOperation for CreateChargeOperation {
     }
 }
 
-/// `application/json`, with or without parameters such as `charset=utf-8`.
-fn require_json(request: &HttpRequest) -> Result<(), ApiError> {
-    let essence = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    match essence.as_deref() {
-        Some("application/json") => Ok(()),
-        _ => Err(ApiError::UnsupportedMediaType),
-    }
+/// A safe read: no Idempotency-Key. One read-only snapshot, so the refunded total and
+/// the list of refunds always agree.
+pub async fn get(
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_charge_id(&path)?;
+    let mut client = state.pool.get().await.map_err(StoreError::from)?;
+    let tx = client
+        .build_transaction()
+        .isolation_level(charges_store::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(StoreError::from)?;
+    let (charge, refunded_cents) = ChargeStore::get(&tx, id)
+        .await?
+        .ok_or(ApiError::ChargeNotFound)?;
+    let refunds = RefundStore::list_for_charge(&tx, id).await?;
+    tx.commit().await.map_err(StoreError::from)?;
+    let view = ChargeWithRefunds {
+        charge,
+        refunded_cents,
+        refunds,
+    };
+    Ok(HttpResponse::Ok()
+        .content_type("application/json")
+        .body(to_json_string(&view)?))
 }
 
-/// Reads at most `limit` bytes; a declared or actual larger body is refused as soon as
-/// that is known, without buffering it.
-async fn read_body(
-    request: &HttpRequest,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<web::BytesMut, ApiError> {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| ApiError::UnreadableBody)?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::PayloadTooLarge { limit });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+pub fn parse_charge_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::try_parse(raw).map_err(|_| ApiError::InvalidChargeId)
+}
+
+pub fn to_json_string(value: &impl serde::Serialize) -> Result<String, ApiError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Corrupt(format!("encode response: {e}")).into())
+}
+
+pub fn to_json_value(value: &impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(value)
+        .map_err(|e| StoreError::Corrupt(format!("encode event: {e}")).into())
 }

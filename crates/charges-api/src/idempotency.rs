@@ -1,17 +1,51 @@
-//! The HTTP side of the Idempotency-Key contract, shared by every mutating endpoint:
-//! reading the header, and turning an [`IdempotentOutcome`] into a response. The
-//! database side (reserve, replay, store) is `charges_store::IdempotencyStore`.
+//! The HTTP side of the Idempotency-Key contract, shared by every mutating endpoint.
+//! [`idempotent`] is the whole request pipeline: a handler only names its endpoint
+//! and says how to turn the body into an [`IdempotentOperation`]. The database side
+//! (reserve, replay, store) is `charges_store::IdempotencyStore`.
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{IdempotencyKey, InvalidIdempotencyKey};
-use charges_store::{IdempotentOutcome, StoredResponse};
+use charges_store::{IdempotentOperation, IdempotentOutcome, StoredResponse};
 
+use crate::AppState;
+use crate::body;
 use crate::problem::ApiError;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// Runs a mutating request at most once per `(Idempotency-Key, endpoint)`.
+///
+/// Everything that can refuse the request without looking at the database (media type,
+/// key, body size, body validation) happens before the key is reserved, so a refused
+/// request leaves nothing behind and its key stays free: only requests that started
+/// executing are remembered.
+pub async fn idempotent<Op, Parse>(
+    request: &HttpRequest,
+    payload: web::Payload,
+    state: &AppState,
+    endpoint: &str,
+    parse: Parse,
+) -> Result<HttpResponse, ApiError>
+where
+    Op: IdempotentOperation<Error = ApiError>,
+    Parse: FnOnce(&[u8]) -> Result<Op, ApiError>,
+{
+    body::require_json(request)?;
+    let key = key_from(request)?;
+    let bytes = body::read_limited(request, payload, state.max_body_bytes).await?;
+    let operation = parse(&bytes)?;
+    let outcome = state
+        .idempotency
+        .run(&state.pool, &key, endpoint, &operation)
+        .await?;
+    // The key may appear in logs (access-controlled, retained like the requests), never
+    // in a metric label.
+    tracing::info!(idempotency_key = %key, endpoint, outcome = outcome.as_str(), "idempotent request");
+    respond(outcome)
+}
 
 /// Exactly one `Idempotency-Key` header, parsed. Several headers are refused rather
 /// than guessed at, since they could name different operations.
@@ -25,7 +59,7 @@ pub fn key_from(request: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
 }
 
 /// The response for an outcome: the stored one (marked when replayed), or a problem.
-pub fn respond(outcome: IdempotentOutcome) -> Result<HttpResponse, ApiError> {
+fn respond(outcome: IdempotentOutcome) -> Result<HttpResponse, ApiError> {
     match outcome {
         IdempotentOutcome::Executed(stored) => Ok(stored_response(stored, false)),
         IdempotentOutcome::Replayed(stored) => Ok(stored_response(stored, true)),

@@ -3,10 +3,12 @@
 //! the replayable response. Publishing to Kafka is the relay's job.
 
 pub mod app;
+mod body;
 mod charges;
 pub mod cli;
 mod idempotency;
 mod problem;
+mod refunds;
 pub mod telemetry;
 
 pub use app::{AppState, serve};

@@ -5,8 +5,11 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
-use charges_domain::{ChargeRequestError, InvalidIdempotencyKey};
+use charges_domain::{
+    ChargeRequestError, InvalidIdempotencyKey, RefundRefused, RefundRequestError,
+};
 use charges_store::StoreError;
+use charges_store::StoredResponse;
 use serde::Serialize;
 
 use crate::telemetry;
@@ -28,6 +31,14 @@ pub enum ApiError {
     UnreadableBody,
     #[error(transparent)]
     InvalidCharge(#[from] ChargeRequestError),
+    #[error(transparent)]
+    InvalidRefund(#[from] RefundRequestError),
+    #[error("the charge id in the path must be a UUID")]
+    InvalidChargeId,
+    #[error("no charge with this id")]
+    ChargeNotFound,
+    #[error(transparent)]
+    RefundRefused(#[from] RefundRefused),
     #[error(
         "a request with this Idempotency-Key is still being processed; retry after it completes"
     )]
@@ -36,8 +47,8 @@ pub enum ApiError {
     KeyReusedWithDifferentPayload,
     #[error("no resource at this path")]
     NotFound,
-    #[error("this method is not allowed on this resource")]
-    MethodNotAllowed,
+    #[error("this method is not allowed on this resource (allowed: {allow})")]
+    MethodNotAllowed { allow: &'static str },
     #[error("storage failure")]
     Store(#[from] StoreError),
 }
@@ -68,16 +79,24 @@ impl ApiError {
                 ("/problems/payload-too-large", "Request body too large")
             }
             ApiError::UnreadableBody => ("/problems/invalid-request-body", "Invalid request body"),
-            ApiError::InvalidCharge(_) => {
+            ApiError::InvalidCharge(_) | ApiError::InvalidRefund(_) => {
                 ("/problems/invalid-request-body", "Invalid request body")
             }
+            ApiError::InvalidChargeId => ("/problems/invalid-charge-id", "Invalid charge id"),
+            ApiError::ChargeNotFound => ("/problems/charge-not-found", "Charge not found"),
+            ApiError::RefundRefused(_) => (
+                "/problems/refund-exceeds-charge",
+                "Refund exceeds the charge",
+            ),
             ApiError::KeyInFlight => ("/problems/idempotency-key-in-flight", "Request in progress"),
             ApiError::KeyReusedWithDifferentPayload => (
                 "/problems/idempotency-key-reused",
                 "Idempotency-Key reused with a different request",
             ),
             ApiError::NotFound => ("/problems/not-found", "Not found"),
-            ApiError::MethodNotAllowed => ("/problems/method-not-allowed", "Method not allowed"),
+            ApiError::MethodNotAllowed { .. } => {
+                ("/problems/method-not-allowed", "Method not allowed")
+            }
             ApiError::Store(e) if e.is_unavailable() => {
                 ("/problems/service-unavailable", "Service unavailable")
             }
@@ -105,12 +124,16 @@ impl ResponseError for ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidIdempotencyKey(_)
             | ApiError::UnreadableBody
-            | ApiError::InvalidCharge(_) => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidCharge(_)
+            | ApiError::InvalidRefund(_)
+            | ApiError::InvalidChargeId => StatusCode::BAD_REQUEST,
+            ApiError::ChargeNotFound => StatusCode::NOT_FOUND,
+            ApiError::RefundRefused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::KeyInFlight => StatusCode::CONFLICT,
             ApiError::KeyReusedWithDifferentPayload => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -121,13 +144,6 @@ impl ResponseError for ApiError {
         if let ApiError::Store(error) = self {
             tracing::error!(error = %telemetry::chain(error), %status, "request failed in storage");
         }
-        let (kind, title) = self.kind();
-        let problem = Problem {
-            kind,
-            title,
-            status: status.as_u16(),
-            detail: self.detail(),
-        };
         let mut response = HttpResponse::build(status);
         response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
         if matches!(
@@ -139,12 +155,32 @@ impl ResponseError for ApiError {
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),
             ));
         }
-        if status == StatusCode::METHOD_NOT_ALLOWED {
-            response.insert_header((header::ALLOW, HeaderValue::from_static("POST")));
+        if let ApiError::MethodNotAllowed { allow } = self {
+            response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));
         }
-        match serde_json::to_string(&problem) {
-            Ok(body) => response.body(body),
-            Err(_) => response.finish(),
+        response.body(self.problem_body())
+    }
+}
+
+impl ApiError {
+    fn problem_body(&self) -> String {
+        let (kind, title) = self.kind();
+        let problem = Problem {
+            kind,
+            title,
+            status: self.status_code().as_u16(),
+            detail: self.detail(),
+        };
+        serde_json::to_string(&problem).unwrap_or_default()
+    }
+
+    /// The problem as a response to remember under an Idempotency-Key, for refusals
+    /// that are the result of executing the request.
+    pub fn to_stored(&self) -> StoredResponse {
+        StoredResponse {
+            status: self.status_code().as_u16(),
+            headers: vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())],
+            body: self.problem_body(),
         }
     }
 }

@@ -58,8 +58,8 @@ impl CreateCharge {
     /// Parses and validates a JSON body. Duplicate and unknown fields are refused, and
     /// so is any number that is not written as an integer (`4900.0`, `1e3`).
     pub fn from_json(body: &[u8]) -> Result<Self, ChargeRequestError> {
-        let body: CreateChargeBody = serde_json::from_slice(body)
-            .map_err(|e| ChargeRequestError::Malformed(e.to_string()))?;
+        let body: CreateChargeBody =
+            crate::json::from_object(body).map_err(ChargeRequestError::Malformed)?;
         if body.amount_cents.is_f64() {
             return Err(ChargeRequestError::AmountNotInteger);
         }
@@ -146,6 +146,8 @@ mod tests {
             (b"", |e| matches!(e, Malformed(_))),
             (b"{", |e| matches!(e, Malformed(_))),
             (b"[]", |e| matches!(e, Malformed(_))),
+            (b"[4900]", |e| matches!(e, Malformed(_))),
+            (br#" [4900, "EUR"]"#, |e| matches!(e, Malformed(_))),
             (b"{}", |e| matches!(e, Malformed(_))),
             (br#"{"amountCents":"4900"}"#, |e| matches!(e, Malformed(_))),
             (br#"{"amountCents":4900,"extra":1}"#, |e| {

@@ -2,14 +2,20 @@
 //!
 //! - [`IdempotencyKey`]: the validated, normalized `Idempotency-Key` header.
 //! - [`CreateCharge`]: a validated `POST /charges` body and its [`Fingerprint`].
-//! - [`Charge`] and [`ChargeCreated`]: the resource and the event the outbox carries.
+//! - [`CreateRefund`]: a validated refund request and the rule that refunds never exceed
+//!   the charge.
+//! - [`Charge`], [`Refund`] and the events the outbox carries ([`ChargeCreated`],
+//!   [`ChargeRefunded`]).
 
 mod charge;
 mod event;
 mod fingerprint;
 mod idempotency_key;
+mod json;
+mod refund;
 
 pub use charge::{Charge, ChargeRequestError, CreateCharge, MAX_AMOUNT_CENTS};
-pub use event::{ChargeCreated, EventType};
+pub use event::{ChargeCreated, ChargeRefunded, EventType};
 pub use fingerprint::Fingerprint;
 pub use idempotency_key::{IdempotencyKey, InvalidIdempotencyKey};
+pub use refund::{ChargeWithRefunds, CreateRefund, Refund, RefundRefused, RefundRequestError};

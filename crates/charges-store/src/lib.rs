@@ -1,4 +1,4 @@
-//! Everything SQL. One module per table (`idempotency_keys`, `charges`, `outbox`),
+//! Everything SQL. One module per table (`idempotency_keys`, `charges`, `refunds`, `outbox`),
 //! each holding every statement that touches its table; the schema itself lives in
 //! the workspace's top-level `migrations/`, embedded here by refinery.
 
@@ -8,8 +8,9 @@ pub mod idempotency_keys;
 pub mod migrations;
 pub mod outbox;
 mod pool;
+pub mod refunds;
 
-pub use charges::ChargeStore;
+pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};
 pub use error::StoreError;
 pub use idempotency_keys::{
@@ -17,3 +18,5 @@ pub use idempotency_keys::{
 };
 pub use outbox::{DeadEvent, OutboxStore, PendingEvent, PublishFailure};
 pub use pool::{PoolSettings, connect};
+pub use refunds::RefundStore;
+pub use tokio_postgres::IsolationLevel;

@@ -1,0 +1,91 @@
+//! `POST /charges/{id}/refunds`.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
+use charges_store::{
+    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoredResponse, Transaction,
+};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::charges::{parse_charge_id, to_json_string, to_json_value};
+use crate::idempotency::idempotent;
+use crate::problem::ApiError;
+
+/// The idempotency scope is the concrete path, with the id in its canonical form: the
+/// same key on two charges' refund endpoints names two operations.
+pub async fn create(
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let charge_id = parse_charge_id(&path)?;
+    let endpoint = format!("/charges/{charge_id}/refunds");
+    idempotent(&request, payload, &state, &endpoint, |body| {
+        Ok(CreateRefundOperation(CreateRefund::from_json(
+            charge_id, body,
+        )?))
+    })
+    .await
+}
+
+struct CreateRefundOperation(CreateRefund);
+
+impl IdempotentOperation for CreateRefundOperation {
+    type Error = ApiError;
+
+    fn fingerprint(&self) -> Fingerprint {
+        self.0.fingerprint()
+    }
+
+    /// The charge's row lock is held from the first statement to commit, so concurrent
+    /// refunds of one charge run one after another and each sees the last one's total.
+    ///
+    /// An unknown charge is an error (nothing is remembered: the key stays free). A
+    /// refund larger than what remains is a remembered answer: a retry with the same key
+    /// gets the same 422, as it would for any request that was executed.
+    async fn execute(
+        &self,
+        tx: &Transaction<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<StoredResponse, ApiError> {
+        let charge_id = self.0.charge_id();
+        let charge = ChargeStore::lock_for_refund(tx, charge_id)
+            .await?
+            .ok_or(ApiError::ChargeNotFound)?;
+        let amount_cents = match self
+            .0
+            .amount_given(charge.amount_cents, charge.refunded_cents)
+        {
+            Ok(amount) => amount,
+            Err(refused) => return Ok(ApiError::RefundRefused(refused).to_stored()),
+        };
+        let refund = Refund {
+            id: Uuid::now_v7(),
+            charge_id,
+            amount_cents,
+            currency: charge.currency,
+            created_at: now,
+        };
+        let refunded_cents = ChargeStore::add_refunded(tx, charge_id, amount_cents).await?;
+        RefundStore::insert(tx, &refund).await?;
+        let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents);
+        OutboxStore::insert(
+            tx,
+            event.event_id,
+            charge_id,
+            EventType::ChargeRefunded,
+            &to_json_value(&event)?,
+            now,
+        )
+        .await?;
+        Ok(StoredResponse {
+            status: 201,
+            headers: vec![(header::LOCATION.to_string(), refund.location())],
+            body: to_json_string(&refund)?,
+        })
+    }
+}
