@@ -670,3 +670,74 @@ async fn notifications_wake_the_relay_and_the_listener_reconnects() {
     )
     .await;
 }
+
+/// A refund's `ChargeRefunded` event travels the same road as `ChargeCreated`: both
+/// events of one charge reach the topic with their types, ids and payloads, and with
+/// `--message-key aggregate-id` both carry the charge id as key (one partition).
+#[tokio::test]
+async fn a_refund_is_published_as_charge_refunded() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(3).await;
+    let api = TestApi::start(&db, &[]).await;
+    let _relay = start_relay(&db, &kafka, &["--message-key", "aggregate-id"]).await;
+
+    let charge = api
+        .post_charge(Some(&Uuid::new_v4().to_string()), r#"{"amountCents":4900}"#)
+        .await;
+    assert_eq!(charge.status().as_u16(), 201);
+    let charge: serde_json::Value = charge.json().await.expect("charge JSON");
+    let charge_id = charge["id"].as_str().expect("id").to_owned();
+    let refund = api
+        .http
+        .post(api.url(&format!("/charges/{charge_id}/refunds")))
+        .header("content-type", "application/json")
+        .header("idempotency-key", Uuid::new_v4().to_string())
+        .body(r#"{"amountCents":900}"#)
+        .send()
+        .await
+        .expect("POST refund");
+    assert_eq!(refund.status().as_u16(), 201);
+    let refund: serde_json::Value = refund.json().await.expect("refund JSON");
+
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "both events", |m| m.len() >= 2)
+        .await;
+    let refunded = reader
+        .messages
+        .iter()
+        .find(|m| m.header("ce_type") == Some("ChargeRefunded"))
+        .expect("a ChargeRefunded message");
+    assert!(
+        reader
+            .messages
+            .iter()
+            .any(|m| m.header("ce_type") == Some("ChargeCreated"))
+    );
+    let row = db
+        .client()
+        .query_one(
+            "SELECT id FROM outbox WHERE event_type = 'ChargeRefunded'",
+            &[],
+        )
+        .await
+        .expect("one ChargeRefunded row");
+    let event_id: Uuid = row.get(0);
+    assert_eq!(refunded.header("id"), Some(event_id.to_string().as_str()));
+    assert_eq!(refunded.key.as_deref(), Some(charge_id.as_str()));
+    assert_eq!(refunded.header("aggregate_id"), Some(charge_id.as_str()));
+    let payload: serde_json::Value =
+        serde_json::from_str(refunded.payload.as_deref().expect("payload")).expect("JSON");
+    assert_eq!(payload["eventId"], event_id.to_string());
+    assert_eq!(payload["chargeId"], charge_id);
+    assert_eq!(payload["refundId"], refund["id"]);
+    assert_eq!(payload["amountCents"], 900);
+    assert_eq!(payload["refundedCents"], 900);
+    wait_for_sql(
+        &db,
+        "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
+        &[],
+        "both rows marked published",
+    )
+    .await;
+}
