@@ -30,6 +30,9 @@ async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process 
         "200ms",
         "--backoff-max",
         "1s",
+        // Tests run relays side by side: no fixed port.
+        "--metrics-listen",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     Process::start("charges-relay", &args, &[], "relay started")

@@ -1,17 +1,19 @@
 //! Routes, shared state, and the server's lifecycle.
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{App, HttpResponse, HttpServer, middleware, web};
 use charges_store::{IdempotencyStore, Pool};
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::cli::ServeArgs;
 use crate::problem::ApiError;
-use crate::{charges, refunds};
+use crate::{charges, health, metrics, refunds, request_id};
 
 /// What every worker shares.
 pub struct AppState {
     pub pool: Pool,
     pub idempotency: IdempotencyStore,
     pub max_body_bytes: usize,
+    pub metrics: PrometheusHandle,
 }
 
 /// Registers every route on an actix `App`.
@@ -32,6 +34,21 @@ pub fn routes(config: &mut web::ServiceConfig) {
                 .route(web::post().to(refunds::create))
                 .default_service(allow("POST")),
         )
+        .service(
+            web::resource("/healthz")
+                .route(web::get().to(health::healthz))
+                .default_service(allow("GET")),
+        )
+        .service(
+            web::resource("/readyz")
+                .route(web::get().to(health::readyz))
+                .default_service(allow("GET")),
+        )
+        .service(
+            web::resource("/metrics")
+                .route(web::get().to(metrics::render))
+                .default_service(allow("GET")),
+        )
         .default_service(web::to(not_found));
 }
 
@@ -47,17 +64,25 @@ fn allow(methods: &'static str) -> actix_web::Route {
 }
 
 /// Serves until SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish
-/// (at most `shutdown_timeout`) and returns.
-pub async fn serve(pool: Pool, args: &ServeArgs) -> std::io::Result<()> {
+/// (at most `shutdown_timeout`) and returns. `metrics` is the installed recorder's
+/// handle ([`metrics::install`]).
+pub async fn serve(pool: Pool, args: &ServeArgs, metrics: PrometheusHandle) -> std::io::Result<()> {
+    actix_web::rt::spawn(metrics::upkeep(metrics.clone()));
     let state = web::Data::new(AppState {
         pool,
         idempotency: IdempotencyStore::new(args.idempotency_ttl),
         max_body_bytes: args.max_body_bytes,
+        metrics,
     });
-    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-        .shutdown_timeout(args.shutdown_timeout.as_secs())
-        .client_request_timeout(args.client_request_timeout)
-        .keep_alive(args.keep_alive);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(middleware::from_fn(request_id::middleware))
+            .configure(routes)
+    })
+    .shutdown_timeout(args.shutdown_timeout.as_secs())
+    .client_request_timeout(args.client_request_timeout)
+    .keep_alive(args.keep_alive);
     if let Some(workers) = args.workers {
         server = server.workers(workers);
     }

@@ -132,7 +132,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if args.migrate {
                 charges_store::migrations::run(&pool).await?;
             }
-            crate::serve(pool, &args).await?;
+            let metrics = crate::metrics::install()?;
+            crate::serve(pool, &args, metrics).await?;
             Ok(())
         }
     }

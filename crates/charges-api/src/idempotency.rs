@@ -11,6 +11,7 @@ use charges_store::{IdempotentOperation, IdempotentOutcome, StoredResponse};
 
 use crate::AppState;
 use crate::body;
+use crate::metrics;
 use crate::problem::ApiError;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -34,7 +35,12 @@ where
     Parse: FnOnce(&[u8]) -> Result<Op, ApiError>,
 {
     body::require_json(request)?;
-    let key = key_from(request)?;
+    // The metric's endpoint label is the route pattern: the refund endpoint's
+    // concrete path holds a charge id, one series per charge.
+    let route = request.match_pattern();
+    let route = route.as_deref().unwrap_or(endpoint);
+    let key =
+        key_from(request).inspect_err(|_| metrics::idempotency_outcome(route, "invalid_key"))?;
     let bytes = body::read_limited(request, payload, state.max_body_bytes).await?;
     let operation = parse(&bytes)?;
     let outcome = state
@@ -44,6 +50,7 @@ where
     // The key may appear in logs (access-controlled, retained like the requests), never
     // in a metric label.
     tracing::info!(idempotency_key = %key, endpoint, outcome = outcome.as_str(), "idempotent request");
+    metrics::idempotency_outcome(route, outcome.as_str());
     respond(outcome)
 }
 

@@ -6,9 +6,12 @@ pub mod app;
 mod body;
 mod charges;
 pub mod cli;
+mod health;
 mod idempotency;
+pub mod metrics;
 mod problem;
 mod refunds;
+mod request_id;
 pub mod telemetry;
 
 pub use app::{AppState, serve};

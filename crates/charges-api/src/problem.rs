@@ -51,6 +51,8 @@ pub enum ApiError {
     MethodNotAllowed { allow: &'static str },
     #[error("storage failure")]
     Store(#[from] StoreError),
+    #[error("not ready: {reason}")]
+    NotReady { reason: String },
 }
 
 /// The RFC 9457 body. `type` is a URI reference relative to the API's base URL; the
@@ -101,6 +103,7 @@ impl ApiError {
                 ("/problems/service-unavailable", "Service unavailable")
             }
             ApiError::Store(_) => ("/problems/internal-error", "Internal error"),
+            ApiError::NotReady { .. } => ("/problems/not-ready", "Not ready"),
         }
     }
 
@@ -136,6 +139,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

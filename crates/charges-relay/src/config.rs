@@ -27,6 +27,16 @@ pub struct Cli {
 pub enum Command {
     /// Inspect and requeue dead rows (rows that failed --max-attempts times).
     Dead(DeadArgs),
+    /// Delete expired COMPLETED idempotency keys now, in small batches, and exit (for
+    /// cron; the relay also does it every --cleanup-interval). STARTED keys are never
+    /// deleted.
+    Purge(PurgeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
 }
 
 #[derive(Debug, Args)]
@@ -118,9 +128,31 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_PUBLISHED_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub published_retention: Duration,
 
-    /// How often the retention cleanup runs (also once at start-up).
+    /// How often the retention cleanup runs (also once at start-up): published outbox
+    /// rows past --published-retention and expired COMPLETED idempotency keys.
     #[arg(long, env = "RELAY_CLEANUP_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     pub cleanup_interval: Duration,
+
+    /// Address of the operations HTTP server: GET /metrics (Prometheus), /healthz,
+    /// /readyz. Port 0 picks a free port (logged as `metrics_addr`).
+    #[arg(long, env = "RELAY_METRICS_LISTEN", default_value = "127.0.0.1:9091")]
+    pub metrics_listen: std::net::SocketAddr,
+
+    /// How often the outbox backlog gauges (pending, oldest pending age, dead) are
+    /// refreshed from the database.
+    #[arg(long, env = "RELAY_STATS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub stats_interval: Duration,
+
+    /// How often reconciliation runs (charges without an outbox row, committed
+    /// STARTED idempotency keys); it scans the charges of the last
+    /// --published-retention.
+    #[arg(long, env = "RELAY_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub reconcile_interval: Duration,
+
+    /// A committed STARTED idempotency key older than this is reported by
+    /// reconciliation (the one-transaction design never commits one).
+    #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub stale_started_after: Duration,
 
     /// Extra librdkafka producer setting, `key=value`; repeatable. Applied after the
     /// relay's own settings (bootstrap.servers, enable.idempotence=true, acks=all,

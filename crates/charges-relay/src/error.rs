@@ -18,6 +18,10 @@ pub enum RelayError {
     Signal(#[source] std::io::Error),
     #[error("logging could not be initialised: {0}")]
     Telemetry(String),
+    #[error("binding the metrics listener on {0} failed")]
+    MetricsListen(std::net::SocketAddr, #[source] std::io::Error),
+    #[error("installing the metrics recorder failed")]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
     #[error("writing to stdout failed")]
     Output(#[source] std::io::Error),
 }

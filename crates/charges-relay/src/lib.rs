@@ -38,7 +38,10 @@ pub mod cleanup;
 pub mod config;
 mod error;
 pub mod listener;
+pub mod metrics;
+mod ops;
 pub mod publish;
+pub mod reconcile;
 pub mod relay;
 
 use std::io::Write;
@@ -52,7 +55,8 @@ use tokio::sync::{Notify, watch};
 pub use error::{RelayError, error_chain};
 
 use crate::backoff::Backoff;
-use crate::config::{Cli, Command, DeadAction, DeadArgs, LogFormat, RunArgs};
+use crate::cleanup::Retention;
+use crate::config::{Cli, Command, DeadAction, DeadArgs, LogFormat, PurgeArgs, RunArgs};
 use crate::publish::MessageSettings;
 use crate::relay::{Relay, RelaySettings};
 
@@ -77,6 +81,7 @@ pub async fn main(cli: Cli) -> Result<(), RelayError> {
     match cli.command {
         None => run(cli.run).await,
         Some(Command::Dead(args)) => dead(args).await,
+        Some(Command::Purge(args)) => purge(args).await,
     }
 }
 
@@ -112,7 +117,8 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     let pool = charges_store::connect(
         &args.database.database_url,
         &PoolSettings {
-            max_size: 4,
+            // The batch, retention, reconciliation and /readyz (LISTEN has its own).
+            max_size: 6,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: settings.transaction_timeout(),
             application_name: "charges-relay".to_owned(),
@@ -128,6 +134,13 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
         &args.kafka_config,
     )?;
 
+    let metrics_handle = metrics::install()?;
+    let upkeep = tokio::spawn(metrics::upkeep(metrics_handle.clone()));
+    let (ops, ops_addrs) = ops::start(args.metrics_listen, pool.clone(), metrics_handle)?;
+    let metrics_addr = ops_addrs
+        .first()
+        .map_or_else(String::new, ToString::to_string);
+
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let signal = shutdown_signal().await?;
     let wake = Arc::new(Notify::new());
@@ -139,11 +152,25 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     .await?;
     let cleanup = tokio::spawn(cleanup::run(
         pool.clone(),
-        args.published_retention,
+        vec![
+            Retention::PublishedOutbox(args.published_retention),
+            Retention::ExpiredIdempotencyKeys,
+        ],
         args.cleanup_interval,
         shutdown_rx.clone(),
     ));
+    let reconcile = tokio::spawn(reconcile::run(
+        pool.clone(),
+        reconcile::ReconcileSettings {
+            stats_interval: args.stats_interval,
+            reconcile_interval: args.reconcile_interval,
+            outbox_window: args.published_retention,
+            stale_started_after: args.stale_started_after,
+        },
+        shutdown_rx.clone(),
+    ));
     tracing::info!(
+        %metrics_addr,
         topic = %args.topic,
         brokers = %args.kafka_brokers,
         batch_size = args.batch_size,
@@ -194,7 +221,34 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     }
     listener.abort();
     cleanup.abort();
+    reconcile.abort();
+    ops.stop(true).await;
+    upkeep.abort();
     tracing::info!("relay stopped");
+    Ok(())
+}
+
+/// `charges-relay purge`: expired `COMPLETED` idempotency keys, until none is left
+/// (or another runner holds the lock), then exit.
+pub async fn purge(args: PurgeArgs) -> Result<(), RelayError> {
+    let pool = charges_store::connect(
+        &args.database.database_url,
+        &PoolSettings {
+            max_size: 1,
+            application_name: "charges-relay-purge".to_owned(),
+            ..PoolSettings::default()
+        },
+    )
+    .await?;
+    // A one-shot command is not interrupted midway: it ends by itself, batch by batch.
+    let (_never, shutdown) = watch::channel(false);
+    let deleted =
+        cleanup::cleanup_once(&pool, Retention::ExpiredIdempotencyKeys, &shutdown).await?;
+    writeln!(
+        std::io::stdout().lock(),
+        "deleted {deleted} expired idempotency keys"
+    )
+    .map_err(RelayError::Output)?;
     Ok(())
 }
 

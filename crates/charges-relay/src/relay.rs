@@ -1,14 +1,14 @@
 //! One batch: claim, publish, mark — in one transaction.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use charges_store::{OutboxStore, Pool, PublishFailure};
 use rdkafka::producer::FutureProducer;
 use uuid::Uuid;
 
-use crate::RelayError;
 use crate::backoff::Backoff;
 use crate::publish::{MessageSettings, publish_batch};
+use crate::{RelayError, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
 /// statements (claim, mark, record failures, commit) and scheduling delays.
@@ -85,6 +85,7 @@ impl Relay {
     /// the rows are claimable again. If the transaction fails for any reason nothing
     /// is marked, and acknowledged messages are published again later (at least once).
     pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
+        let started = Instant::now();
         let mut client = self.pool.get().await?;
         let transaction = client.transaction().await?;
         let bound = self.settings.transaction_timeout();
@@ -105,10 +106,14 @@ impl Relay {
         .await;
 
         let mut acked: Vec<Uuid> = Vec::with_capacity(events.len());
+        let mut acked_created_at = Vec::with_capacity(events.len());
         let mut failures: Vec<PublishFailure> = Vec::new();
         for (event, result) in events.iter().zip(results) {
             match result {
-                Ok(()) => acked.push(event.id),
+                Ok(()) => {
+                    acked.push(event.id);
+                    acked_created_at.push(event.created_at);
+                }
                 Err(error) => {
                     let failures_so_far = u32::try_from(event.attempts).unwrap_or(0) + 1;
                     let dead = failures_so_far >= self.settings.max_attempts;
@@ -135,6 +140,13 @@ impl Relay {
         let published = OutboxStore::mark_published(&transaction, &acked).await?;
         OutboxStore::record_failures(&transaction, &failures).await?;
         transaction.commit().await?;
+        // Counted once committed: a rolled-back batch is published again later.
+        let acked_at = chrono::Utc::now();
+        for created_at in acked_created_at {
+            // Insert time is the database's clock, now is ours: clamp skew at 0.
+            let lag = (acked_at - created_at).to_std().unwrap_or_default();
+            metrics::delivered(lag);
+        }
 
         let outcome = BatchOutcome {
             claimed: events.len(),
@@ -142,6 +154,13 @@ impl Relay {
             failed: failures.len(),
             dead: failures.iter().filter(|f| f.dead).count(),
         };
+        metrics::batch_finished(
+            &self.settings.message.topic,
+            outcome.published,
+            outcome.failed,
+            outcome.dead,
+            started.elapsed(),
+        );
         if let Some(first) = failures.first() {
             tracing::warn!(
                 claimed = outcome.claimed,

@@ -1,6 +1,6 @@
 //! `charges`: the aggregate.
 
-use charges_domain::Charge;
+use charges_domain::{Charge, EventType};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -9,7 +9,7 @@ use crate::StoreError;
 pub struct ChargeStore;
 
 /// `ChargeInsert`
-const INSERT: &str = "
+pub const INSERT: &str = "
 INSERT INTO charges (id, amount_cents, currency, created_at) VALUES ($1, $2, $3, $4)";
 
 /// `ChargeGet`
@@ -24,6 +24,17 @@ SELECT amount_cents, refunded_cents, currency FROM charges WHERE id = $1 FOR UPD
 /// `ChargeAddRefunded`
 const ADD_REFUNDED: &str = "
 UPDATE charges SET refunded_cents = refunded_cents + $2 WHERE id = $1 RETURNING refunded_cents";
+
+/// `ChargeCountWithoutOutbox`: reconciliation. Every charge is committed with its
+/// `ChargeCreated` outbox row, so this must be 0. Only charges younger than `$1`
+/// seconds are checked: the relay's retention deletes published outbox rows older
+/// than that, and a row is published after its charge was created, so within the
+/// window every outbox row still exists. Runs on `outbox_aggregate_idx`.
+const COUNT_WITHOUT_OUTBOX: &str = "
+SELECT count(*) FROM charges c
+ WHERE c.created_at > now() - $1::float8 * interval '1 second'
+   AND NOT EXISTS (SELECT 1 FROM outbox o
+                    WHERE o.aggregate_id = c.id AND o.event_type = $2)";
 
 /// A charge's state as a refund sees it, under the row lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +104,21 @@ impl ChargeStore {
     ) -> Result<i32, StoreError> {
         let statement = client.prepare_cached(ADD_REFUNDED).await?;
         let row = client.query_one(&statement, &[&id, &amount_cents]).await?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Charges created within `window` that have no `ChargeCreated` outbox row.
+    pub async fn count_without_outbox(
+        client: &impl GenericClient,
+        window: std::time::Duration,
+    ) -> Result<i64, StoreError> {
+        let statement = client.prepare_cached(COUNT_WITHOUT_OUTBOX).await?;
+        let row = client
+            .query_one(
+                &statement,
+                &[&window.as_secs_f64(), &EventType::ChargeCreated.as_str()],
+            )
+            .await?;
         Ok(row.try_get(0)?)
     }
 }

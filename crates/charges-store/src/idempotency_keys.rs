@@ -89,7 +89,7 @@ pub struct IdempotencyStore {
 /// committed `STARTED` row is never overwritten, whatever its age (see the README).
 /// The `existing` join reads the row as it was before this statement, which is what
 /// the caller needs when nothing was reserved.
-const RESERVE: &str = "
+pub const RESERVE: &str = "
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended($2 || ' ' || $1, 0)) AS acquired,
            now() AS now
@@ -121,7 +121,7 @@ SELECT lock.acquired,
   LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
 
 /// `IdempotencyKeyComplete`: stores the replayable response on the reserved row.
-const COMPLETE: &str = "
+pub const COMPLETE: &str = "
 UPDATE idempotency_keys
    SET status = 'COMPLETED', response_status = $3, response_headers = $4, response_body = $5
  WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
@@ -245,17 +245,60 @@ fn decode_headers(value: serde_json::Value) -> Result<Vec<(String, String)>, Sto
     serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("response_headers: {e}")))
 }
 
+// ---------------------------------------------------------------------------------
+// Operators, reconciliation and retention: never on the request path.
+// ---------------------------------------------------------------------------------
+
+/// `IdempotencyKeyCountStartedOlderThan`: committed `STARTED` rows, which the
+/// one-transaction design never leaves behind (see the module documentation).
+const COUNT_STARTED_OLDER_THAN: &str = "
+SELECT count(*) FROM idempotency_keys
+ WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'";
+
+/// `IdempotencyKeyPurgeTryLock`: at most one purger at a time; released at commit.
+const PURGE_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
+
+/// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
+/// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
+/// matched, whatever their age: they are alerted on and inspected by hand. A row a
+/// request is overwriting right now is locked by it and skipped.
+const DELETE_EXPIRED: &str = "
+DELETE FROM idempotency_keys
+ WHERE (key, endpoint) IN (
+        SELECT key, endpoint FROM idempotency_keys
+         WHERE status = 'COMPLETED' AND expires_at <= now()
+         ORDER BY expires_at
+         LIMIT $1
+           FOR UPDATE SKIP LOCKED)
+   AND status = 'COMPLETED'
+   AND expires_at <= now()";
+
+/// The advisory lock key `IdempotencyKeyPurgeTryLock` takes ("idemkey\x01"); distinct
+/// from the outbox cleanup's, so the two retention jobs never wait for each other.
+pub const PURGE_LOCK_KEY: i64 = 0x6964_656d_6b65_7901;
+
 /// Rows for operators and reconciliation, never for the request path.
 pub async fn count_started_older_than(
     client: &impl GenericClient,
     age: Duration,
 ) -> Result<i64, StoreError> {
     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-    let statement = client
-        .prepare_cached(
-            "SELECT count(*) FROM idempotency_keys
-              WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'",
-        )
-        .await?;
+    let statement = client.prepare_cached(COUNT_STARTED_OLDER_THAN).await?;
     Ok(client.query_one(&statement, &[&age_ms]).await?.try_get(0)?)
+}
+
+/// Takes the purge lock for the caller's transaction; `false` if another runner
+/// holds it.
+pub async fn try_purge_lock(client: &impl GenericClient) -> Result<bool, StoreError> {
+    let statement = client.prepare_cached(PURGE_TRY_LOCK).await?;
+    Ok(client
+        .query_one(&statement, &[&PURGE_LOCK_KEY])
+        .await?
+        .try_get(0)?)
+}
+
+/// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
+pub async fn delete_expired(client: &impl GenericClient, limit: i64) -> Result<u64, StoreError> {
+    let statement = client.prepare_cached(DELETE_EXPIRED).await?;
+    Ok(client.execute(&statement, &[&limit]).await?)
 }

@@ -31,6 +31,34 @@ pub async fn run(pool: &Pool) -> Result<Option<i32>, StoreError> {
     Ok(version)
 }
 
+/// How the database's schema compares with the one these binaries were built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaStatus {
+    /// At or ahead of [`expected_version`]. Ahead is fine: migrations are additive
+    /// (expand, then contract in a later release), and during a rolling deploy the
+    /// migration Job runs before the new pods, so the old pods must stay ready.
+    Current { version: Option<i32> },
+    /// Behind [`expected_version`] (or never migrated): this code would use columns
+    /// or tables that are not there yet.
+    Behind {
+        current: Option<i32>,
+        expected: Option<i32>,
+    },
+}
+
+/// Reads the applied version and compares it; an error means the database could not
+/// be asked (unreachable, or the pool could not get a connection in time).
+pub async fn status(pool: &Pool) -> Result<SchemaStatus, StoreError> {
+    let current = current_version(pool).await?;
+    let expected = expected_version();
+    // `None` (empty database) orders before every `Some`.
+    if current >= expected {
+        Ok(SchemaStatus::Current { version: current })
+    } else {
+        Ok(SchemaStatus::Behind { current, expected })
+    }
+}
+
 /// The highest version these binaries were built with; `/readyz` compares it.
 pub fn expected_version() -> Option<i32> {
     embedded::migrations::runner()

@@ -10,7 +10,7 @@ use crate::StoreError;
 pub struct OutboxStore;
 
 /// `OutboxInsert`
-const INSERT: &str = "
+pub const INSERT: &str = "
 INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
 VALUES ($1, $2, $3, $4, $5)";
 
@@ -118,6 +118,17 @@ SET attempts = 0,
     next_attempt_at = now()
 WHERE dead_at IS NOT NULL
   AND ($1::uuid[] IS NULL OR id = ANY($1))";
+
+/// `OutboxStats`: what the relay exports as gauges. Each part matches a partial
+/// index (`outbox_pending_idx`, `outbox_dead_idx`), so it stays cheap however many
+/// published rows the table holds. Rows waiting for a retry count as pending.
+const STATS: &str = "
+SELECT (SELECT count(*) FROM outbox
+         WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
+       (SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
+          FROM outbox
+         WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending_age_seconds,
+       (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL) AS dead";
 
 /// `OutboxListenPending`: the channel the `outbox_notify_pending` trigger notifies on
 /// commit of every INSERT statement (see migration V2).
@@ -284,6 +295,28 @@ impl OutboxStore {
         let statement = client.prepare_cached(REQUEUE_DEAD_MANY).await?;
         let ids: Option<Vec<Uuid>> = ids.map(<[Uuid]>::to_vec);
         Ok(client.execute(&statement, &[&ids]).await?)
+    }
+}
+
+/// The outbox's backlog, as the relay exports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutboxStats {
+    /// Neither published nor dead (including rows waiting for a retry).
+    pub pending: i64,
+    /// Age of the oldest pending row; 0 when nothing is pending.
+    pub oldest_pending_age_seconds: f64,
+    pub dead: i64,
+}
+
+impl OutboxStore {
+    pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, StoreError> {
+        let statement = client.prepare_cached(STATS).await?;
+        let row = client.query_one(&statement, &[]).await?;
+        Ok(OutboxStats {
+            pending: row.try_get("pending")?,
+            oldest_pending_age_seconds: row.try_get("oldest_pending_age_seconds")?,
+            dead: row.try_get("dead")?,
+        })
     }
 }
 

@@ -1,0 +1,677 @@
+//! Operations, end to end against the real binaries and a real Postgres: metrics
+//! scraped from `/metrics`, health and readiness, request ids, graceful SIGTERM of the
+//! API, retention of idempotency keys (`charges-relay purge`) and reconciliation.
+
+use std::time::Duration;
+
+use charges_tests::kafka::TestKafka;
+use charges_tests::{Process, TestApi, TestDb, binary, log_field};
+use reqwest::StatusCode;
+use serde_json::Value;
+use uuid::Uuid;
+
+const BODY: &str = r#"{"amountCents":4900,"currency":"EUR"}"#;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn new_key() -> String {
+    Uuid::new_v4().to_string()
+}
+
+/// The value of the sample `name{labels…}` (labels in any order, all required); 0
+/// when the series does not exist yet, as Prometheus' `absent` would treat it.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = match series.split_once('{') {
+                Some((metric, rest)) => (metric, rest),
+                None => (series, ""),
+            };
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
+async fn scrape(http: &reqwest::Client, url: &str) -> String {
+    let response = http.get(url).send().await.expect("GET /metrics");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    response.text().await.unwrap()
+}
+
+/// Polls `url` until `check` holds for the scraped text.
+async fn scrape_until(
+    http: &reqwest::Client,
+    url: &str,
+    what: &str,
+    check: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = scrape(http, url).await;
+        if check(&text) {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never: {what}; last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const IDEMPOTENCY: &str = "charges_api_idempotency_requests_total";
+const DURATION_COUNT: &str = "charges_api_http_request_duration_seconds_count";
+
+#[tokio::test]
+async fn idempotency_outcomes_and_request_durations_are_counted_by_route() {
+    let db = TestDb::new().await;
+    let api = TestApi::start(&db, &[]).await;
+    let metrics_url = api.url("/metrics");
+
+    // created, then replayed.
+    let key = new_key();
+    let created = api.post_charge(Some(&key), BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let charge: Value = created.json().await.unwrap();
+    let charge_id = charge["id"].as_str().unwrap().to_owned();
+    let replayed = api.post_charge(Some(&key), BODY).await;
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    // payload_conflict: same key, different body, 422.
+    let conflict = api
+        .post_charge(Some(&key), r#"{"amountCents":1,"currency":"EUR"}"#)
+        .await;
+    assert_eq!(conflict.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // invalid_key: 400, twice.
+    for bad in ["not-a-uuid", ""] {
+        let invalid = api.post_charge(Some(bad), BODY).await;
+        assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+    }
+    // in_flight: the test holds the advisory lock a concurrent request would hold.
+    let busy_key = new_key();
+    let mut holder = connect(&db.url).await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || ' ' || $2, 0))",
+        &[&"/charges", &busy_key],
+    )
+    .await
+    .unwrap();
+    let in_flight = api.post_charge(Some(&busy_key), BODY).await;
+    assert_eq!(in_flight.status(), StatusCode::CONFLICT);
+    tx.rollback().await.unwrap();
+    // A refund: the endpoint label is the route pattern, not the charge's path.
+    let refund = api
+        .http
+        .post(api.url(&format!("/charges/{charge_id}/refunds")))
+        .header("content-type", "application/json")
+        .header("idempotency-key", new_key())
+        .body(r#"{"amountCents":100}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refund.status(), StatusCode::CREATED);
+    let got = api
+        .http
+        .get(api.url(&format!("/charges/{charge_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    let unknown = api
+        .http
+        .get(api.url(&format!("/nowhere/{}", Uuid::new_v4())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+
+    let text = scrape(&api.http, &metrics_url).await;
+    let charges = |outcome| {
+        sample(
+            &text,
+            IDEMPOTENCY,
+            &[("endpoint", "/charges"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(charges("created"), 1.0, "{text}");
+    assert_eq!(charges("replayed"), 1.0, "{text}");
+    assert_eq!(charges("payload_conflict"), 1.0, "{text}");
+    assert_eq!(charges("invalid_key"), 2.0, "{text}");
+    assert_eq!(charges("in_flight"), 1.0, "{text}");
+    let refunds = &[
+        ("endpoint", "/charges/{id}/refunds"),
+        ("outcome", "created"),
+    ];
+    assert_eq!(sample(&text, IDEMPOTENCY, refunds), 1.0, "{text}");
+
+    let requests = |route, status| {
+        sample(
+            &text,
+            DURATION_COUNT,
+            &[("route", route), ("status", status)],
+        )
+    };
+    assert_eq!(
+        requests("/charges", "201"),
+        2.0,
+        "created + replayed: {text}"
+    );
+    assert_eq!(requests("/charges", "422"), 1.0, "{text}");
+    assert_eq!(requests("/charges", "400"), 2.0, "{text}");
+    assert_eq!(requests("/charges", "409"), 1.0, "{text}");
+    assert_eq!(requests("/charges/{id}/refunds", "201"), 1.0, "{text}");
+    assert_eq!(requests("/charges/{id}", "200"), 1.0, "{text}");
+    assert_eq!(requests("unmatched", "404"), 1.0, "{text}");
+    // A real histogram (buckets), not a summary.
+    assert!(
+        text.contains("charges_api_http_request_duration_seconds_bucket{"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&charge_id),
+        "a charge id leaked into a label"
+    );
+
+    // Counters only move forward, one per request.
+    api.post_charge(Some(&key), BODY).await;
+    let text = scrape(&api.http, &metrics_url).await;
+    assert_eq!(
+        sample(
+            &text,
+            IDEMPOTENCY,
+            &[("endpoint", "/charges"), ("outcome", "replayed")]
+        ),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn no_idempotency_key_ever_appears_in_metrics() {
+    let db = TestDb::new().await;
+    let api = TestApi::start(&db, &[]).await;
+    let mut keys = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..25 {
+        let key = new_key();
+        let response = api.post_charge(Some(&key), BODY).await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let charge: Value = response.json().await.unwrap();
+        ids.push(charge["id"].as_str().unwrap().to_owned());
+        // The same key with another body and again: every outcome path.
+        api.post_charge(Some(&key), BODY).await;
+        api.post_charge(Some(&key), r#"{"amountCents":7}"#).await;
+        keys.push(key);
+    }
+    let text = scrape(&api.http, &api.url("/metrics")).await;
+    assert_eq!(
+        sample(&text, IDEMPOTENCY, &[("outcome", "created")]),
+        25.0,
+        "{text}"
+    );
+    for secret in keys.iter().chain(&ids) {
+        assert!(!text.contains(secret.as_str()), "{secret} in /metrics");
+    }
+    // No label value is a UUID at all.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        for word in line.split('"') {
+            assert!(Uuid::try_parse(word).is_err(), "UUID label in {line}");
+        }
+    }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+async fn get(http: &reqwest::Client, url: &str) -> reqwest::Response {
+    http.get(url).send().await.expect("GET")
+}
+
+async fn assert_not_ready(http: &reqwest::Client, url: &str, detail: &str) {
+    let response = get(http, url).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "/problems/not-ready");
+    assert_eq!(body["status"], 503);
+    assert!(body["detail"].as_str().unwrap().contains(detail), "{body}");
+}
+
+/// Polls `url` until it answers `status`.
+async fn wait_for_status(http: &reqwest::Client, url: &str, status: StatusCode) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if get(http, url).await.status() == status {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Readiness: the schema behind this build (the last migration's history row removed,
+/// as on a database the new migration has not reached yet) and an unreachable
+/// database both answer 503; liveness stays 200 throughout.
+#[tokio::test]
+async fn readyz_is_503_when_the_schema_is_behind_or_the_database_unreachable() {
+    let db = TestDb::new().await;
+    let api = TestApi::start(&db, &[]).await;
+    let (healthz, readyz) = (api.url("/healthz"), api.url("/readyz"));
+    assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
+    assert_eq!(get(&api.http, &readyz).await.status(), StatusCode::OK);
+
+    let latest = db
+        .client()
+        .query_one(
+            "DELETE FROM refinery_schema_history
+              WHERE version = (SELECT max(version) FROM refinery_schema_history)
+             RETURNING version, name, applied_on, checksum",
+            &[],
+        )
+        .await
+        .unwrap();
+    let version: i32 = latest.get(0);
+    assert_not_ready(
+        &api.http,
+        &readyz,
+        &format!(
+            "at version {} but this build expects {version}",
+            version - 1
+        ),
+    )
+    .await;
+    assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
+    db.client()
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES ($1, $2, $3, $4)",
+            &[
+                &latest.get::<_, i32>(0),
+                &latest.get::<_, String>(1),
+                &latest.get::<_, String>(2),
+                &latest.get::<_, String>(3),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(get(&api.http, &readyz).await.status(), StatusCode::OK);
+
+    let admin = db.admin_client().await;
+    let name = &db.name;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = '{name}' AND pid <> pg_backend_pid();"
+        ))
+        .await
+        .unwrap();
+    wait_for_status(&api.http, &readyz, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_not_ready(&api.http, &readyz, "cannot be reached").await;
+    assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .await
+        .unwrap();
+    wait_for_status(&api.http, &readyz, StatusCode::OK).await;
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed_or_generated_and_logged() {
+    let db = TestDb::new().await;
+    let api = TestApi::start(&db, &[]).await;
+    let incoming = format!("req-{}", Uuid::new_v4().simple());
+    let response = api
+        .http
+        .post(api.url("/charges"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", new_key())
+        .header("x-request-id", &incoming)
+        .body(BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(response.headers()["x-request-id"], incoming.as_str());
+
+    // None, or one that is not sane: a fresh UUID per request, also on errors.
+    let mut generated = Vec::new();
+    for header in [None, Some("has spaces"), Some(&*"x".repeat(200))] {
+        let mut request = api.http.get(api.url("/nowhere"));
+        if let Some(value) = header {
+            request = request.header("x-request-id", value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(Uuid::try_parse(&id).is_ok(), "{id}");
+        generated.push(id);
+    }
+    generated.dedup();
+    assert_eq!(generated.len(), 3, "ids are unique");
+
+    // Every line the request logged carries its id (the span), the handler's too.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let output = api.process.output_text();
+        let lines: Vec<&str> = output.lines().filter(|l| l.contains(&incoming)).collect();
+        if lines.iter().any(|l| l.contains("idempotent request"))
+            && lines.iter().any(|l| l.contains("request finished"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no log line with {incoming}:\n{output}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let output = api.process.output_text();
+    assert!(output.contains(&generated[0]), "{output}");
+}
+
+/// SIGTERM with a request in flight (blocked on a table lock the test holds): the API
+/// stops accepting at once, finishes that request with 201 once the lock goes, and
+/// exits 0.
+#[tokio::test]
+async fn sigterm_drains_the_in_flight_request_then_exits_zero() {
+    let db = TestDb::new().await;
+    let mut api = TestApi::start(&db, &["--db-statement-timeout", "30s"]).await;
+    let addr = api.base_url.trim_start_matches("http://").to_owned();
+
+    let locker = connect(&db.url).await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE charges IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let key = new_key();
+    let in_flight = {
+        let request = api
+            .http
+            .post(api.url("/charges"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key.clone())
+            .body(BODY);
+        tokio::spawn(async move { request.send().await })
+    };
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let blocked: bool = db
+            .client()
+            .query_one(
+                "SELECT count(*) > 0 FROM pg_stat_activity
+                  WHERE datname = current_database()
+                    AND application_name = 'charges-api' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if blocked {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "request never blocked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    api.process.signal("TERM");
+    // New connections are refused while the old request is still running.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while tokio::net::TcpStream::connect(&addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still accepting after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !in_flight.is_finished(),
+        "the request must still be blocked"
+    );
+
+    locker.batch_execute("COMMIT").await.unwrap();
+    let response = in_flight
+        .await
+        .unwrap()
+        .expect("the in-flight request completed");
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let status = api.process.wait(Duration::from_secs(30)).await;
+    assert!(
+        status.success(),
+        "exit status {status:?}:\n{}",
+        api.process.output_text()
+    );
+    assert_eq!(db.count("charges").await, 1);
+    assert_eq!(db.count("outbox").await, 1);
+}
+
+/// Inserts an idempotency key row as the test describes it.
+async fn insert_key(
+    db: &TestDb,
+    status: &str,
+    expires_in_secs: f64,
+    created_secs_ago: f64,
+) -> String {
+    let key = new_key();
+    let completed = status == "COMPLETED";
+    db.client()
+        .execute(
+            "INSERT INTO idempotency_keys
+                 (key, endpoint, request_hash, status, response_status, response_body,
+                  created_at, expires_at)
+             VALUES ($1, '/charges', 'h', $2,
+                     CASE WHEN $3 THEN 201 END, CASE WHEN $3 THEN '{}' END,
+                     now() - $4::float8 * interval '1 second',
+                     now() + $5::float8 * interval '1 second')",
+            &[
+                &key,
+                &status,
+                &completed,
+                &created_secs_ago,
+                &expires_in_secs,
+            ],
+        )
+        .await
+        .expect("insert idempotency key");
+    key
+}
+
+async fn keys(db: &TestDb) -> std::collections::BTreeSet<String> {
+    db.client()
+        .query("SELECT key FROM idempotency_keys", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Retention of idempotency keys through `charges-relay purge`: expired COMPLETED
+/// keys go; unexpired ones and STARTED ones (however old) stay.
+#[tokio::test]
+async fn purge_deletes_expired_completed_keys_only() {
+    let db = TestDb::new().await;
+    let mut expired = Vec::new();
+    for _ in 0..3 {
+        expired.push(insert_key(&db, "COMPLETED", -60.0, 90_000.0).await);
+    }
+    let fresh = insert_key(&db, "COMPLETED", 3600.0, 10.0).await;
+    let started = insert_key(&db, "STARTED", -3600.0, 90_000.0).await;
+
+    let output = std::process::Command::new(binary("charges-relay"))
+        .args(["purge", "--database-url", &db.url])
+        .output()
+        .expect("run charges-relay purge");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "deleted 3 expired idempotency keys"
+    );
+    assert_eq!(keys(&db).await, [fresh, started].into_iter().collect());
+}
+
+/// The relay's metrics and reconciliation over a scripted sequence: three charges
+/// published, one dead row, one charge committed without its outbox row (written
+/// by hand, as a bug would) and one committed STARTED key.
+#[tokio::test]
+async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    db.client()
+        .batch_execute(
+            "WITH ids AS (
+                 SELECT gen_random_uuid() AS charge_id, g FROM generate_series(1, 4) AS g
+             ), c AS (
+                 INSERT INTO charges (id, amount_cents, currency)
+                 SELECT charge_id, 100 + g, 'EUR' FROM ids
+             )
+             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, dead_at)
+             SELECT gen_random_uuid(), charge_id, 'ChargeCreated',
+                    jsonb_build_object('chargeId', charge_id),
+                    now() - interval '1 second',
+                    CASE WHEN g = 4 THEN now() END
+               FROM ids;
+             INSERT INTO charges (id, amount_cents, currency)
+             VALUES (gen_random_uuid(), 1, 'EUR');",
+        )
+        .await
+        .unwrap();
+    insert_key(&db, "STARTED", 3600.0, 3600.0).await;
+    insert_key(&db, "COMPLETED", -1.0, 90_000.0).await;
+
+    let (relay, line) = Process::start(
+        "charges-relay",
+        &[
+            "--database-url",
+            &db.url,
+            "--kafka-brokers",
+            &kafka.bootstrap,
+            "--topic",
+            &kafka.topic,
+            "--poll-interval",
+            "200ms",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--stats-interval",
+            "200ms",
+            "--reconcile-interval",
+            "200ms",
+            "--cleanup-interval",
+            "200ms",
+        ],
+        &[],
+        "relay started",
+    )
+    .await;
+    let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/metrics");
+    let topic = kafka.topic.as_str();
+    let text = scrape_until(&http, &url, "three rows published and gauges set", |text| {
+        sample(text, "charges_relay_published_total", &[("topic", topic)]) == 3.0
+            && sample(text, "charges_relay_outbox_pending_rows", &[]) == 0.0
+            && sample(text, "charges_reconcile_charges_without_outbox", &[]) == 1.0
+            && sample(
+                text,
+                "charges_relay_retention_deleted_total",
+                &[("table", "idempotency_keys")],
+            ) == 1.0
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "charges_relay_outbox_dead_rows", &[]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "charges_reconcile_stale_started_idempotency_keys",
+            &[]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "charges_relay_outbox_oldest_pending_age_seconds",
+            &[]
+        ),
+        0.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "charges_relay_publish_errors_total",
+            &[("topic", topic)]
+        ),
+        0.0
+    );
+    assert_eq!(
+        sample(&text, "charges_relay_delivery_lag_seconds_count", &[]),
+        3.0,
+        "{text}"
+    );
+    // Inserted a second before the relay could see them.
+    assert!(sample(&text, "charges_relay_delivery_lag_seconds_sum", &[]) >= 3.0);
+    assert!(sample(&text, "charges_relay_batch_duration_seconds_count", &[]) >= 1.0);
+    assert!(
+        sample(
+            &text,
+            "charges_reconcile_last_success_timestamp_seconds",
+            &[]
+        ) > 0.0
+    );
+
+    for (path, status) in [("/healthz", StatusCode::OK), ("/readyz", StatusCode::OK)] {
+        let response = get(&http, &format!("http://{addr}{path}")).await;
+        assert_eq!(response.status(), status, "{path}");
+    }
+    db.client()
+        .batch_execute(
+            "DELETE FROM refinery_schema_history
+              WHERE version = (SELECT max(version) FROM refinery_schema_history)",
+        )
+        .await
+        .unwrap();
+    assert_not_ready(
+        &http,
+        &format!("http://{addr}/readyz"),
+        "this build expects",
+    )
+    .await;
+    drop(relay);
+}
