@@ -30,7 +30,7 @@ lint: ## rustfmt and clippy with warnings as errors.
 fmt: ## Format everything.
 	cargo fmt --all
 
-demo: build ## The main job end to end on this machine (local Postgres).
+demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
 	@bash scripts/demo.sh
 
 clean:

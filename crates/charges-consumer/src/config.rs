@@ -1,0 +1,164 @@
+//! Command line and environment configuration. Every flag of the consumer loop has an
+//! environment fallback.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Reads charges.events with a consumer group and applies each event once: the event id
+/// (header `id`) goes into an inbox table in the same transaction as the effect, and the
+/// Kafka offset is committed only after that transaction. Runs until SIGTERM or SIGINT.
+#[derive(Debug, Parser)]
+#[command(
+    name = "charges-consumer",
+    version,
+    args_conflicts_with_subcommands = true,
+    args_override_self = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print every message on the topic (partition, offset, header `id`, `ce_type`), read
+    /// without a consumer group, and exit once nothing new arrived for --until-idle.
+    Tail(TailArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OffsetReset {
+    /// A group with no committed offset starts at the oldest message (nothing is
+    /// skipped; duplicates are harmless).
+    Earliest,
+    /// A group with no committed offset starts at the next new message.
+    Latest,
+}
+
+impl OffsetReset {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Postgres connection URL of the consumer's own database (never logged).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    /// Kafka bootstrap servers, comma separated.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+
+    /// Topic to consume.
+    #[arg(long, env = "KAFKA_TOPIC", default_value = "charges.events")]
+    pub topic: String,
+
+    /// Consumer group: replicas with the same group share the partitions.
+    #[arg(long, env = "KAFKA_GROUP_ID", default_value = "charges-ledger")]
+    pub group_id: String,
+
+    /// Where a group without a committed offset starts.
+    #[arg(
+        long,
+        env = "KAFKA_OFFSET_RESET",
+        value_enum,
+        default_value = "earliest"
+    )]
+    pub offset_reset: OffsetReset,
+
+    /// How often processed offsets are committed to Kafka; 0s commits after every
+    /// message. A longer interval means fewer commits and more redeliveries after a
+    /// crash; the inbox makes those harmless either way.
+    #[arg(long, env = "CONSUMER_COMMIT_INTERVAL", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub commit_interval: Duration,
+
+    /// Extra librdkafka consumer setting, `key=value`; repeatable. Applied after the
+    /// consumer's own settings, so it can override them (e.g. session.timeout.ms,
+    /// security.protocol=SSL). enable.auto.commit cannot be turned back on usefully: the
+    /// consumer stores offsets itself.
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub kafka_config: Vec<(String, String)>,
+
+    /// Apply the consumer's pending migrations before starting.
+    #[arg(long, env = "CONSUMER_MIGRATE")]
+    pub migrate: bool,
+
+    /// Log line format; the filter comes from RUST_LOG (default "info").
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// Kafka bootstrap servers, comma separated.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+
+    /// Topic to read.
+    #[arg(long, env = "KAFKA_TOPIC", default_value = "charges.events")]
+    pub topic: String,
+
+    /// Start at each partition's first message (otherwise at its end).
+    #[arg(long)]
+    pub from_beginning: bool,
+
+    /// Exit after this long without a new message.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub until_idle: Duration,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn verify_cli() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from(["charges-consumer"]).unwrap();
+        assert_eq!(cli.run.topic, "charges.events");
+        assert_eq!(cli.run.group_id, "charges-ledger");
+        assert_eq!(cli.run.commit_interval, Duration::ZERO);
+        assert_eq!(cli.run.offset_reset, OffsetReset::Earliest);
+        let tail = Cli::try_parse_from(["charges-consumer", "tail", "--from-beginning"]).unwrap();
+        assert!(matches!(
+            tail.command,
+            Some(Command::Tail(TailArgs {
+                from_beginning: true,
+                ..
+            }))
+        ));
+    }
+}

@@ -1,0 +1,32 @@
+/// Why the consumer stopped (or could not start).
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("database")]
+    Store(#[from] charges_store::StoreError),
+    #[error("database statement failed")]
+    Database(#[from] tokio_postgres::Error),
+    #[error("no database connection could be obtained")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("applying the consumer's migrations failed")]
+    Migration(#[from] refinery::Error),
+    #[error("kafka")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("cannot install the signal handler")]
+    Signal(#[source] std::io::Error),
+    #[error("cannot write to stdout")]
+    Output(#[source] std::io::Error),
+    #[error("logging set-up failed: {0}")]
+    Telemetry(String),
+}
+
+/// An error and all its sources on one line, for the log.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

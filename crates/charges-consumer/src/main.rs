@@ -1,0 +1,20 @@
+use std::process::ExitCode;
+
+use charges_consumer::config::Cli;
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = charges_consumer::init_logging(cli.run.log_format) {
+        eprintln!("charges-consumer: {e}");
+        return ExitCode::FAILURE;
+    }
+    match charges_consumer::main(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %charges_consumer::error_chain(&e), "charges-consumer failed");
+            ExitCode::FAILURE
+        }
+    }
+}

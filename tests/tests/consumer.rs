@@ -1,0 +1,244 @@
+//! `charges-consumer` end to end: the real binary, a real Postgres (a database per test)
+//! and a real Kafka protocol peer (librdkafka's mock cluster, a topic per test), with
+//! messages produced by a real producer carrying the relay's headers.
+
+use std::time::Duration;
+
+use charges_tests::kafka::TestKafka;
+use charges_tests::{Process, TestDb};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use uuid::Uuid;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Publishes one event as the relay does: key and header `id` = the event id, the
+/// CloudEvents headers, and the JSON payload.
+async fn produce(kafka: &TestKafka, id: Uuid, event_type: &str, payload: &str) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("message.timeout.ms", "10000")
+        .create()
+        .expect("producer");
+    let id = id.to_string();
+    let headers = [
+        ("id", id.as_str()),
+        ("ce_specversion", "1.0"),
+        ("ce_id", id.as_str()),
+        ("ce_type", event_type),
+        ("ce_source", "urn:charges"),
+        ("ce_time", "2025-01-01T00:00:00.000000Z"),
+        ("content-type", "application/json"),
+    ]
+    .into_iter()
+    .fold(OwnedHeaders::new(), |headers, (key, value)| {
+        headers.insert(Header {
+            key,
+            value: Some(value),
+        })
+    });
+    producer
+        .send(
+            FutureRecord::to(&kafka.topic)
+                .key(id.as_str())
+                .payload(payload)
+                .headers(headers),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|(e, _)| panic!("produce {id}: {e}"));
+}
+
+fn charge_created(id: Uuid, amount: i32) -> String {
+    format!(
+        r#"{{"eventId":"{id}","chargeId":"{}","amountCents":{amount},"currency":"EUR","occurredAt":"2025-01-01T00:00:00Z"}}"#,
+        Uuid::now_v7()
+    )
+}
+
+fn charge_refunded(id: Uuid, amount: i32) -> String {
+    format!(
+        r#"{{"eventId":"{id}","chargeId":"{}","refundId":"{}","amountCents":{amount},"currency":"EUR","refundedCents":{amount},"occurredAt":"2025-01-01T00:00:01Z"}}"#,
+        Uuid::now_v7(),
+        Uuid::now_v7()
+    )
+}
+
+/// A consumer in `group` against the test's database (its own tables, migrated by
+/// `--migrate`) and topic. A short session timeout, so that a killed member leaves the
+/// group within seconds instead of the default 45 s.
+async fn start_consumer(db: &TestDb, kafka: &TestKafka, group: &str, extra: &[&str]) -> Process {
+    let mut args = vec![
+        "--database-url",
+        db.url.as_str(),
+        "--kafka-brokers",
+        kafka.bootstrap.as_str(),
+        "--topic",
+        kafka.topic.as_str(),
+        "--group-id",
+        group,
+        "--migrate",
+        "--kafka-config",
+        "session.timeout.ms=6000",
+        "--kafka-config",
+        "heartbeat.interval.ms=500",
+    ];
+    args.extend_from_slice(extra);
+    Process::start("charges-consumer", &args, &[], "consumer started")
+        .await
+        .0
+}
+
+/// Waits until `process` has logged `marker` at least `times` times.
+async fn wait_for_log(process: &Process, marker: &str, times: usize) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while process.output_text().matches(marker).count() < times {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never logged {marker:?} {times} times:\n{}",
+            process.output_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `(charged_cents, refunded_cents, events)` of the EUR ledger row.
+async fn eur_ledger(db: &TestDb) -> (i64, i64, i64) {
+    let row = db
+        .client()
+        .query_one(
+            "SELECT charged_cents, refunded_cents, events FROM ledger WHERE currency = 'EUR'",
+            &[],
+        )
+        .await
+        .expect("the EUR ledger row");
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// The offset `group` has committed on partition 0, as the broker reports it.
+fn committed_offset(kafka: &TestKafka, group: &str) -> Offset {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer for the committed offsets");
+    let mut partitions = TopicPartitionList::new();
+    partitions.add_partition(&kafka.topic, 0);
+    let committed = consumer
+        .committed_offsets(partitions, Duration::from_secs(10))
+        .expect("committed offsets");
+    committed
+        .find_partition(&kafka.topic, 0)
+        .expect("partition 0")
+        .offset()
+}
+
+/// 1. The same event delivered twice (the relay published it twice) changes the
+///    ledger once; the consumer's schema lives beside the API's with its own history.
+#[tokio::test]
+async fn the_same_event_delivered_twice_changes_the_ledger_once() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let charge = Uuid::now_v7();
+    let refund = Uuid::now_v7();
+    let created = charge_created(charge, 4900);
+    produce(&kafka, charge, "ChargeCreated", &created).await;
+    produce(&kafka, charge, "ChargeCreated", &created).await;
+    produce(
+        &kafka,
+        refund,
+        "ChargeRefunded",
+        &charge_refunded(refund, 900),
+    )
+    .await;
+
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+    let consumer = start_consumer(&db, &kafka, &group, &[]).await;
+    wait_for_log(&consumer, "event applied", 2).await;
+    wait_for_log(&consumer, "duplicate event skipped", 1).await;
+
+    assert_eq!(eur_ledger(&db).await, (4900, 900, 2));
+    assert_eq!(db.count("processed_events").await, 2);
+    assert_eq!(
+        db.count("consumer_schema_history").await,
+        1,
+        "the consumer's migrations have their own history table"
+    );
+    // Offsets are committed after each message: all three are done for the group.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while committed_offset(&kafka, &group) != Offset::Offset(3) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "offset 3 never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// 2. The consumer dies after its database commits but before Kafka heard about the
+///    offsets (SIGKILL, with offset commits deferred by --commit-interval, which widens
+///    the window every consumer has between the two commits). Restarted in the same
+///    group, it reads the messages again and skips them: the ledger changes once.
+#[tokio::test]
+async fn a_redelivery_after_a_crash_before_the_offset_commit_changes_the_ledger_once() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let charge = Uuid::now_v7();
+    let refund = Uuid::now_v7();
+    produce(
+        &kafka,
+        charge,
+        "ChargeCreated",
+        &charge_created(charge, 4900),
+    )
+    .await;
+    produce(
+        &kafka,
+        refund,
+        "ChargeRefunded",
+        &charge_refunded(refund, 900),
+    )
+    .await;
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+
+    let mut first = start_consumer(&db, &kafka, &group, &["--commit-interval", "1h"]).await;
+    wait_for_log(&first, "event applied", 2).await;
+    assert_eq!(
+        eur_ledger(&db).await,
+        (4900, 900, 2),
+        "both effects committed"
+    );
+    assert_eq!(
+        committed_offset(&kafka, &group),
+        Offset::Invalid,
+        "no offset reached Kafka before the crash"
+    );
+    first.signal("KILL");
+    first.wait(Duration::from_secs(10)).await;
+
+    let second = start_consumer(&db, &kafka, &group, &[]).await;
+    wait_for_log(&second, "duplicate event skipped", 2).await;
+    assert!(
+        !second.output_text().contains("event applied"),
+        "the redelivered events must not be applied again:\n{}",
+        second.output_text()
+    );
+    assert_eq!(
+        eur_ledger(&db).await,
+        (4900, 900, 2),
+        "the ledger changed once"
+    );
+    assert_eq!(db.count("processed_events").await, 2);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while committed_offset(&kafka, &group) != Offset::Offset(2) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "offset 2 never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
