@@ -553,3 +553,39 @@ async fn an_unreachable_database_is_503_and_the_api_recovers() {
     assert_eq!(recovered.status(), StatusCode::CREATED);
     assert_eq!(counts(&db).await, (2, 2, 2));
 }
+
+/// Completed keys are remembered in process: a replay is answered without the
+/// database (here: while the database refuses every connection), and so is a changed
+/// payload, while a new key — which needs the database — gets 503.
+#[tokio::test]
+async fn replays_of_completed_keys_do_not_need_the_database() {
+    let db = TestDb::new().await;
+    let api = TestApi::start(&db, &["--db-acquire-timeout", "1s"]).await;
+    let key = new_key();
+    let first = api.post_charge(Some(&key), BODY).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let body = first.text().await.unwrap();
+
+    let name = &db.name;
+    let admin = db.admin_client().await;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+              WHERE datname = '{name}' AND application_name = 'charges-api';"
+        ))
+        .await
+        .unwrap();
+    let replay = api.post_charge(Some(&key), BODY).await;
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), body);
+    let changed = api.post_charge(Some(&key), r#"{"amountCents":1}"#).await;
+    expect_problem(changed, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let new = api.post_charge(Some(&new_key()), BODY).await;
+    expect_problem(new, StatusCode::SERVICE_UNAVAILABLE).await;
+    admin
+        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .await
+        .unwrap();
+}

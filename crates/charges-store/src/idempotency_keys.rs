@@ -5,13 +5,14 @@
 //! produced and commits. Either all of it is committed or none of it, so a committed
 //! `STARTED` row cannot exist: the status only matters to concurrent readers.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use charges_domain::{Fingerprint, IdempotencyKey};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
 
 use crate::StoreError;
+use crate::replay_cache::ReplayCache;
 
 /// A response as it will be replayed: status, the headers that belong to the resource
 /// (for example `Location`) and the body, byte for byte.
@@ -70,11 +71,16 @@ impl IdempotentOutcome {
     }
 }
 
-/// Reserves keys, replays completed ones and expires them after `ttl`.
-#[derive(Debug, Clone)]
+/// Reserves keys, replays completed ones and expires them after `ttl`. Completed keys
+/// are also remembered in process (see `replay_cache`), so most replays skip the
+/// database.
 pub struct IdempotencyStore {
     ttl: Duration,
+    cache: ReplayCache,
 }
+
+/// Completed keys remembered in process by default.
+pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
 
 /// `IdempotencyKeyReserve`: one round trip that decides the request's fate.
 ///
@@ -116,7 +122,8 @@ SELECT lock.acquired,
        existing.status,
        existing.response_status,
        existing.response_headers,
-       existing.response_body
+       existing.response_body,
+       existing.expires_at
   FROM lock
   LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
 
@@ -127,13 +134,25 @@ UPDATE idempotency_keys
  WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
 
 enum Reservation {
-    Reserved { now: DateTime<Utc> },
+    Reserved {
+        now: DateTime<Utc>,
+    },
     Decided(IdempotentOutcome),
+    /// A completed key with the same fingerprint, and how long it has left.
+    Completed(StoredResponse, Duration),
 }
 
 impl IdempotencyStore {
     pub fn new(ttl: Duration) -> Self {
-        IdempotencyStore { ttl }
+        Self::with_replay_cache(ttl, DEFAULT_REPLAY_CACHE_ENTRIES)
+    }
+
+    /// `cache_entries` completed keys are remembered in process; 0 turns that off.
+    pub fn with_replay_cache(ttl: Duration, cache_entries: usize) -> Self {
+        IdempotencyStore {
+            ttl,
+            cache: ReplayCache::new(cache_entries),
+        }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -148,18 +167,47 @@ impl IdempotencyStore {
         endpoint: &str,
         operation: &Op,
     ) -> Result<IdempotentOutcome, Op::Error> {
-        let mut client = pool.get().await.map_err(StoreError::from)?;
-        let tx = client.transaction().await.map_err(StoreError::from)?;
         let key = key.to_string();
         let fingerprint = operation.fingerprint();
+        if let Some(hit) = self.cache.get(&key, endpoint) {
+            return Ok(if hit.fingerprint == fingerprint {
+                IdempotentOutcome::Replayed(hit.response.clone())
+            } else {
+                IdempotentOutcome::PayloadConflict
+            });
+        }
+        let mut client = pool.get().await.map_err(StoreError::from)?;
+        // Taken before BEGIN, whose time is the `now()` that `expires_at` is computed
+        // from: the cache's deadline can only fall before the row's expiry, never after.
+        let observed_at = Instant::now();
+        let tx = client.transaction().await.map_err(StoreError::from)?;
         let now = match self.reserve(&tx, &key, endpoint, &fingerprint).await? {
             Reservation::Reserved { now } => now,
             // Nothing was written; dropping `tx` rolls back and releases the lock.
             Reservation::Decided(outcome) => return Ok(outcome),
+            Reservation::Completed(response, remaining) => {
+                self.cache.insert(
+                    key,
+                    endpoint.to_owned(),
+                    fingerprint,
+                    response.clone(),
+                    observed_at,
+                    remaining,
+                );
+                return Ok(IdempotentOutcome::Replayed(response));
+            }
         };
         let response = operation.execute(&tx, now).await?;
         complete(&tx, &key, endpoint, &response).await?;
         tx.commit().await.map_err(StoreError::from)?;
+        self.cache.insert(
+            key,
+            endpoint.to_owned(),
+            fingerprint,
+            response.clone(),
+            observed_at,
+            self.ttl,
+        );
         Ok(IdempotentOutcome::Executed(response))
     }
 
@@ -200,7 +248,10 @@ impl IdempotencyStore {
             headers: decode_headers(row.try_get("response_headers")?)?,
             body: row.try_get("response_body")?,
         };
-        Ok(Reservation::Decided(IdempotentOutcome::Replayed(response)))
+        let now: DateTime<Utc> = row.try_get("now")?;
+        let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
+        let remaining = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
+        Ok(Reservation::Completed(response, remaining))
     }
 }
 

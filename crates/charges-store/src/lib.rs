@@ -9,6 +9,7 @@ pub mod migrations;
 pub mod outbox;
 mod pool;
 pub mod refunds;
+mod replay_cache;
 
 pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};

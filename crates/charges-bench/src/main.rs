@@ -1,0 +1,161 @@
+//! `charges-bench`: the pieces of `make bench` (scripts/bench.sh) that need the
+//! project's own code.
+//!
+//! - `pgbench-script` prints a pgbench transaction made of the very statements the API
+//!   runs for a new charge, taken from the store crate (not retyped), with pgbench
+//!   variables in place of the bind parameters. pgbench running it is the floor the
+//!   API's `POST /charges` is compared against.
+//! - `produce` sends the outbox's payloads straight to Kafka with the relay's own
+//!   producer settings: the broker floor for the relay's throughput.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use charges_domain::CreateCharge;
+use clap::{Parser, Subcommand};
+use futures::StreamExt;
+use rdkafka::producer::FutureRecord;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "charges-bench",
+    version,
+    about = "Benchmark helpers for make bench"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the pgbench script of one `POST /charges` transaction.
+    PgbenchScript,
+    /// Publish every outbox payload of a database with the relay's producer settings,
+    /// as fast as the producer allows, and print `events=<n> seconds=<s>`.
+    Produce {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long, env = "KAFKA_BROKERS")]
+        kafka_brokers: String,
+        #[arg(long, default_value = "charges.bench")]
+        topic: String,
+        /// Messages in flight at once.
+        #[arg(long, default_value_t = 10_000)]
+        in_flight: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::PgbenchScript => pgbench_script().map(|script| print!("{script}")),
+        Command::Produce {
+            database_url,
+            kafka_brokers,
+            topic,
+            in_flight,
+        } => produce(&database_url, &kafka_brokers, &topic, in_flight).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("charges-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Replaces `$n` bind parameters by pgbench expressions (highest numbers first, so
+/// `$1` never eats the front of `$10`).
+fn bind(sql: &str, params: &[&str]) -> String {
+    let mut out = sql.to_owned();
+    for (index, value) in params.iter().enumerate().rev() {
+        out = out.replace(&format!("${}", index + 1), value);
+    }
+    // pgbench reads one statement per line unless it ends with `;` on the last line.
+    let single_line = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("{single_line};\n")
+}
+
+fn pgbench_script() -> Result<String, String> {
+    let request = CreateCharge::new(4900, Some("EUR")).map_err(|e| e.to_string())?;
+    let fingerprint = format!("'{}'", request.fingerprint());
+    // Distinct per client and transaction, like the API's fresh keys and v7 ids.
+    let key = "('bench-' || :client_id || '-' || :r)";
+    let charge_id = "md5('charge-' || :client_id || '-' || :r)::uuid";
+    let event_id = "md5('event-' || :client_id || '-' || :r)::uuid";
+    let endpoint = "'/charges'";
+    // Constant texts of the API's sizes: building them server-side would slow the
+    // floor down and flatter the ratio.
+    let payload = "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'::jsonb";
+    let body = "'{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}'";
+    let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'::jsonb";
+    let ttl_ms = "86400000";
+    let mut script = String::from("\\set r random(1, 9000000000000000000)\nBEGIN;\n");
+    script += &bind(
+        charges_store::idempotency_keys::RESERVE,
+        &[key, endpoint, &fingerprint, ttl_ms],
+    );
+    script += &bind(
+        charges_store::charges::INSERT,
+        &[charge_id, "4900", "'EUR'", "now()"],
+    );
+    script += &bind(
+        charges_store::outbox::INSERT,
+        &[event_id, charge_id, "'ChargeCreated'", payload, "now()"],
+    );
+    script += &bind(
+        charges_store::idempotency_keys::COMPLETE,
+        &[key, endpoint, "201", location, body],
+    );
+    script += "COMMIT;\n";
+    Ok(script)
+}
+
+async fn produce(
+    database_url: &str,
+    brokers: &str,
+    topic: &str,
+    in_flight: usize,
+) -> Result<(), String> {
+    let (client, connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let rows = client
+        .query("SELECT id::text, payload::text FROM outbox", &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    let messages: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let producer = charges_relay::publish::producer(brokers, Duration::from_secs(30), &[])
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut sends = futures::stream::iter(messages.iter().map(|(id, payload)| {
+        let producer = &producer;
+        async move {
+            producer
+                .send(
+                    FutureRecord::to(topic)
+                        .key(id.as_str())
+                        .payload(payload.as_str()),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|(e, _)| e.to_string())
+        }
+    }))
+    .buffer_unordered(in_flight);
+    let mut acked = 0usize;
+    while let Some(result) = sends.next().await {
+        result?;
+        acked += 1;
+    }
+    println!(
+        "events={acked} seconds={:.3}",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

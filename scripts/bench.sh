@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# make bench: every figure next to a floor measured in the same run on the same
+# machine, reported as a ratio (absolute numbers drift on shared machines).
+# Each load run lasts BENCH_SECONDS (15) for the project and for its floor alike.
+#   1. new charges:  POST /charges (wrk, fresh keys)    vs pgbench running the same SQL
+#   2. replays:      POST /charges with one key (wrk)   vs GET /healthz on the same server
+#   3. relay:        100k pending rows, 1 and 2 relays  vs the raw producer, same payloads
+#   4. commit→ack:   p50/p99 with LISTEN/NOTIFY         vs polling only (trigger disabled)
+# Writes target/bench/latest.json and prints a table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+server_url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+root="${server_url%/*}"
+db="charges_bench"
+url="$root/$db"
+seconds="${BENCH_SECONDS:-15}"
+relay_rows="${BENCH_RELAY_ROWS:-100000}"
+latency_events="${BENCH_LATENCY_EVENTS:-300}"
+port="${BENCH_PORT:-18090}"
+out_dir="target/bench"
+bin="target/release"
+mkdir -p "$out_dir"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+psql_db() { psql "$url" -qtAX "$@"; }
+log() { printf '%s bench: %s\n' "$(date +%T)" "$*" >&2; }
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+fresh_database() {
+  psql "$server_url" -qX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+  DATABASE_URL="$url" "$bin/charges-api" migrate >/dev/null 2>&1
+}
+empty_tables() {
+  psql_db -c "TRUNCATE refunds, outbox, charges, idempotency_keys" -c "VACUUM ANALYZE" >/dev/null
+}
+
+start_api() {
+  RUST_LOG=warn DATABASE_URL="$url" "$bin/charges-api" serve --listen "127.0.0.1:$port" \
+    --db-pool-size "${BENCH_POOL:-32}" >"$out_dir/api.log" 2>&1 &
+  api_pid=$!
+  pids+=("$api_pid")
+  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return; sleep 0.1; done
+  echo "the API did not start" >&2; exit 1
+}
+
+run_wrk() { # clients script [env...]
+  local clients=$1 script=$2; shift 2
+  env "$@" wrk -t 2 -c "$clients" -d "${seconds}s" -s "$script" \
+    "http://127.0.0.1:$port${WRK_PATH:-/charges}" | grep '^BENCH'
+}
+
+run_pgbench() { # clients → "tps p50 p99"
+  local clients=$1 logdir
+  logdir=$(mktemp -d)
+  (cd "$logdir" && pgbench "$url" -n -M prepared -c "$clients" -j 2 -T "$seconds" \
+    -f "$OLDPWD/$out_dir/charge.pgbench" -l --log-prefix=tx >"$logdir/summary.txt" 2>&1)
+  local tps
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$logdir/summary.txt")
+  # Field 3 of pgbench's per-transaction log is the latency in microseconds.
+  cat "$logdir"/tx.* | awk '{print $3}' | sort -n | awk -v tps="$tps" '
+    { v[NR] = $1 } END { printf "%s %.3f %.3f\n", tps, v[int(NR * 0.50)] / 1000, v[int(NR * 0.99)] / 1000 }'
+  rm -rf "$logdir"
+}
+
+log "building release binaries"
+cargo build --release --bins -q
+"$bin/charges-bench" pgbench-script >"$out_dir/charge.pgbench"
+fresh_database
+start_api
+json_rows=()
+table_rows=()
+
+# 1. New charges.
+for clients in 8 32; do
+  empty_tables
+  log "new charges, $clients clients: pgbench"
+  read -r pg_tps pg_p50 pg_p99 < <(run_pgbench "$clients")
+  empty_tables
+  log "new charges, $clients clients: POST /charges"
+  line=$(run_wrk "$clients" scripts/bench/new_charges.lua)
+  n=$(field requests <<<"$line"); s=$(field seconds <<<"$line")
+  api_rps=$(awk -v n="$n" -v s="$s" 'BEGIN { printf "%.1f", n / s }')
+  api_p50=$(field p50_ms <<<"$line"); api_p99=$(field p99_ms <<<"$line")
+  errors=$(( $(field errors <<<"$line") + $(field non2xx <<<"$line") ))
+  charges=$(psql_db -c "SELECT count(*) FROM charges")
+  r=$(ratio "$api_rps" "$pg_tps")
+  table_rows+=("new charges c=$clients|$api_rps req/s p50 ${api_p50}ms p99 ${api_p99}ms|pgbench $pg_tps tps p50 ${pg_p50}ms p99 ${pg_p99}ms|$r (target ≥ 0.8)")
+  json_rows+=("{\"name\":\"new_charges\",\"clients\":$clients,\"api_rps\":$api_rps,\"api_p50_ms\":$api_p50,\"api_p99_ms\":$api_p99,\"api_errors\":$errors,\"charges_created\":$charges,\"pgbench_tps\":$pg_tps,\"pgbench_p50_ms\":$pg_p50,\"pgbench_p99_ms\":$pg_p99,\"ratio\":$r}")
+done
+
+# 2. Replays vs the HTTP floor.
+empty_tables
+key=$(cat /proc/sys/kernel/random/uuid)
+curl -s -o /dev/null -X POST "http://127.0.0.1:$port/charges" -H 'Content-Type: application/json' \
+  -H "Idempotency-Key: $key" -d '{"amountCents":4900,"currency":"EUR"}'
+for clients in 8 32; do
+  log "replays, $clients clients"
+  line=$(run_wrk "$clients" scripts/bench/fixed_request.lua BENCH_KEY="$key")
+  rep_rps=$(awk -v n="$(field requests <<<"$line")" -v s="$(field seconds <<<"$line")" 'BEGIN { printf "%.1f", n / s }')
+  rep_p99=$(field p99_ms <<<"$line")
+  line=$(WRK_PATH=/healthz run_wrk "$clients" scripts/bench/fixed_request.lua BENCH_KEY=)
+  floor_rps=$(awk -v n="$(field requests <<<"$line")" -v s="$(field seconds <<<"$line")" 'BEGIN { printf "%.1f", n / s }')
+  r=$(ratio "$rep_rps" "$floor_rps")
+  table_rows+=("replays c=$clients|$rep_rps req/s p99 ${rep_p99}ms|GET /healthz $floor_rps req/s|$r (target ≥ 0.5)")
+  json_rows+=("{\"name\":\"replays\",\"clients\":$clients,\"replay_rps\":$rep_rps,\"replay_p99_ms\":$rep_p99,\"healthz_rps\":$floor_rps,\"ratio\":$r}")
+done
+kill -TERM "$api_pid"; wait "$api_pid" 2>/dev/null || true
+
+# 3. Relay throughput into the mock cluster.
+coproc KAFKA { exec "$bin/kafka-mock" --topic charges.events --partitions 6; }
+pids+=("$KAFKA_PID")
+read -r line <&"${KAFKA[0]}"
+brokers="${line#bootstrap=}"
+"$bin/kafka-mock" --help >/dev/null
+fill_outbox() {
+  empty_tables
+  psql_db -c "
+    INSERT INTO charges (id, amount_cents, currency)
+      SELECT md5('c' || g)::uuid, 4900, 'EUR' FROM generate_series(1, $relay_rows) g;
+    INSERT INTO outbox (id, aggregate_id, event_type, payload)
+      SELECT md5('o' || g)::uuid, md5('c' || g)::uuid, 'ChargeCreated',
+             json_build_object('eventId', md5('o' || g)::uuid, 'chargeId', md5('c' || g)::uuid,
+                               'amountCents', 4900, 'currency', 'EUR', 'occurredAt', now())::jsonb
+        FROM generate_series(1, $relay_rows) g;" >/dev/null
+}
+drain_with() { # workers → seconds
+  local workers=$1 started relay_pids=()
+  started=$(date +%s.%N)
+  for _ in $(seq 1 "$workers"); do
+    RUST_LOG=warn "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
+      --batch-size "${BENCH_BATCH:-500}" --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+    relay_pids+=($!); pids+=($!)
+  done
+  while [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" != "0" ]; do sleep 0.2; done
+  awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'
+  kill -TERM "${relay_pids[@]}"; wait "${relay_pids[@]}" 2>/dev/null || true
+}
+fill_outbox
+log "raw producer, $relay_rows messages"
+line=$(DATABASE_URL="$url" "$bin/charges-bench" produce --kafka-brokers "$brokers" --topic charges.events)
+raw_eps=$(awk -v n="$(field events <<<"$line")" -v s="$(field seconds <<<"$line")" 'BEGIN { printf "%.1f", n / s }')
+for workers in 1 2; do
+  fill_outbox
+  log "relay, $workers worker(s), $relay_rows rows"
+  secs=$(drain_with "$workers")
+  eps=$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
+  r=$(ratio "$eps" "$raw_eps")
+  target=""; [ "$workers" = 2 ] && target=" (target ≥ 0.8)"
+  table_rows+=("relay $workers worker(s)|$eps events/s|raw producer $raw_eps events/s|$r$target")
+  json_rows+=("{\"name\":\"relay_throughput\",\"workers\":$workers,\"rows\":$relay_rows,\"events_per_s\":$eps,\"raw_producer_events_per_s\":$raw_eps,\"ratio\":$r}")
+done
+
+# 4. Commit-to-ack latency: published_at (set right after the ack) - created_at (the
+# API transaction's start), with LISTEN/NOTIFY and with polling only.
+latency_run() { # label
+  empty_tables
+  start_api
+  RUST_LOG=warn "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
+    --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+  local relay=$!; pids+=("$relay")
+  sleep 1
+  for _ in $(seq 1 "$latency_events"); do
+    curl -s -o /dev/null -X POST "http://127.0.0.1:$port/charges" -H 'Content-Type: application/json' \
+      -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" -d '{"amountCents":4900}'
+    sleep 0.02
+  done
+  while [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" != "0" ]; do sleep 0.2; done
+  kill -TERM "$relay" "$api_pid"; wait "$relay" "$api_pid" 2>/dev/null || true
+  psql_db -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
+                     round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)
+                FROM (SELECT extract(epoch FROM published_at - created_at) * 1000 AS ms FROM outbox) t" | tr '|' ' '
+}
+log "commit-to-ack with LISTEN/NOTIFY"
+read -r notify_p50 notify_p99 < <(latency_run notify)
+psql_db -c "ALTER TABLE outbox DISABLE TRIGGER outbox_notify_pending" >/dev/null
+log "commit-to-ack with polling only (1 s)"
+read -r poll_p50 poll_p99 < <(latency_run polling)
+psql_db -c "ALTER TABLE outbox ENABLE TRIGGER outbox_notify_pending" >/dev/null
+table_rows+=("commit→ack NOTIFY|p50 ${notify_p50}ms p99 ${notify_p99}ms|polling p50 ${poll_p50}ms p99 ${poll_p99}ms|p99 target < 50ms")
+json_rows+=("{\"name\":\"commit_to_ack\",\"events\":$latency_events,\"notify_p50_ms\":$notify_p50,\"notify_p99_ms\":$notify_p99,\"polling_p50_ms\":$poll_p50,\"polling_p99_ms\":$poll_p99}")
+
+machine="$(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(psql "$server_url" -qtAX -c 'SHOW server_version')"
+{
+  printf '{"date":"%s","machine":"%s","seconds_per_run":%s,"results":[' "$(date -u +%FT%TZ)" "$machine" "$seconds"
+  (IFS=,; printf '%s' "${json_rows[*]}")
+  printf ']}\n'
+} >"$out_dir/latest.json"
+printf '\n%-20s | %-40s | %-44s | %s\n' "benchmark" "project" "floor (same run)" "ratio"
+for row in "${table_rows[@]}"; do
+  IFS='|' read -r a b c d <<<"$row"
+  printf '%-20s | %-40s | %-44s | %s\n' "$a" "$b" "$c" "$d"
+done
+printf '\nmachine: %s; JSON: %s/latest.json\n' "$machine" "$out_dir"
