@@ -4,6 +4,7 @@ use actix_web::{App, HttpResponse, HttpServer, middleware, web};
 use charges_store::{IdempotencyStore, Pool};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::auth::{self, ApiKeys};
 use crate::cli::ServeArgs;
 use crate::problem::ApiError;
 use crate::{charges, health, metrics, refunds, request_id};
@@ -13,7 +14,11 @@ pub struct AppState {
     pub pool: Pool,
     pub idempotency: IdempotencyStore,
     pub max_body_bytes: usize,
+    /// The whole request body must arrive within this (`--client-request-timeout`).
+    pub body_timeout: std::time::Duration,
     pub metrics: PrometheusHandle,
+    /// `None`: authentication off (see `auth`).
+    pub api_keys: Option<ApiKeys>,
 }
 
 /// Registers every route on an actix `App`.
@@ -65,18 +70,33 @@ fn allow(methods: &'static str) -> actix_web::Route {
 
 /// Serves until SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish
 /// (at most `shutdown_timeout`) and returns. `metrics` is the installed recorder's
-/// handle ([`metrics::install`]).
-pub async fn serve(pool: Pool, args: &ServeArgs, metrics: PrometheusHandle) -> std::io::Result<()> {
+/// handle ([`metrics::install`]). `api_keys` turns authentication on.
+pub async fn serve(
+    pool: Pool,
+    args: &ServeArgs,
+    metrics: PrometheusHandle,
+    api_keys: Option<ApiKeys>,
+) -> std::io::Result<()> {
     actix_web::rt::spawn(metrics::upkeep(metrics.clone()));
+    match &api_keys {
+        // The count only: client ids are not secret, but a log needs none of them.
+        Some(keys) => tracing::info!(keys = keys.len(), "API-key authentication on"),
+        None => tracing::warn!("API-key authentication off: no API keys configured"),
+    }
     let state = web::Data::new(AppState {
         pool,
         idempotency: IdempotencyStore::new(args.idempotency_ttl),
         max_body_bytes: args.max_body_bytes,
+        body_timeout: args.client_request_timeout,
         metrics,
+        api_keys,
     });
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            // The last `wrap` is the outermost: request ids and the access log cover
+            // the 401s too.
+            .wrap(middleware::from_fn(auth::middleware))
             .wrap(middleware::from_fn(request_id::middleware))
             .configure(routes)
     })

@@ -21,8 +21,21 @@ pub fn require_json(request: &HttpRequest) -> Result<(), ApiError> {
 }
 
 /// Reads at most `limit` bytes; a declared or actual larger body is refused as soon as
-/// that is known, without buffering it.
+/// that is known, without buffering it. The whole body must arrive within `timeout`:
+/// actix's client request timeout only covers the head, so a body that stops short of
+/// its Content-Length would otherwise hold the connection and the request forever.
 pub async fn read_limited(
+    request: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<web::BytesMut, ApiError> {
+    actix_web::rt::time::timeout(timeout, read_within(request, payload, limit))
+        .await
+        .map_err(|_elapsed| ApiError::UnreadableBody)?
+}
+
+async fn read_within(
     request: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::auth::{self, ClientId};
 use crate::idempotency::idempotent;
 use crate::problem::ApiError;
 
@@ -21,19 +22,27 @@ pub async fn create(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
+    let owner = auth::client(&request);
     idempotent(&request, payload, &state, "/charges", |body| {
-        Ok(CreateChargeOperation(CreateCharge::from_json(body)?))
+        Ok(CreateChargeOperation {
+            request: CreateCharge::from_json(body)?,
+            owner,
+        })
     })
     .await
 }
 
-struct CreateChargeOperation(CreateCharge);
+struct CreateChargeOperation {
+    request: CreateCharge,
+    /// The authenticated client, recorded on the charge; `None` without authentication.
+    owner: Option<ClientId>,
+}
 
 impl IdempotentOperation for CreateChargeOperation {
     type Error = ApiError;
 
     fn fingerprint(&self) -> Fingerprint {
-        self.0.fingerprint()
+        self.request.fingerprint()
     }
 
     async fn execute(
@@ -43,14 +52,14 @@ impl IdempotentOperation for CreateChargeOperation {
     ) -> Result<StoredResponse, ApiError> {
         let charge = Charge {
             id: Uuid::now_v7(),
-            amount_cents: self.0.amount_cents(),
-            currency: self.0.currency().to_owned(),
+            amount_cents: self.request.amount_cents(),
+            currency: self.request.currency().to_owned(),
             created_at: now,
         };
         let event = ChargeCreated::new(Uuid::now_v7(), &charge);
         let payload = to_json_value(&event)?;
         let body = to_json_string(&charge)?;
-        ChargeStore::insert(tx, &charge).await?;
+        ChargeStore::insert(tx, &charge, self.owner.as_ref().map(ClientId::as_str)).await?;
         OutboxStore::insert(
             tx,
             event.event_id,
@@ -69,8 +78,10 @@ impl IdempotentOperation for CreateChargeOperation {
 }
 
 /// A safe read: no Idempotency-Key. One read-only snapshot, so the refunded total and
-/// the list of refunds always agree.
+/// the list of refunds always agree. With authentication on, another client's charge is
+/// a 404, exactly like an unknown id: its existence is not revealed.
 pub async fn get(
+    request: HttpRequest,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -83,7 +94,8 @@ pub async fn get(
         .start()
         .await
         .map_err(StoreError::from)?;
-    let (charge, refunded_cents) = ChargeStore::get(&tx, id)
+    let owner = auth::client(&request);
+    let (charge, refunded_cents) = ChargeStore::get(&tx, id, owner.as_ref().map(ClientId::as_str))
         .await?
         .ok_or(ApiError::ChargeNotFound)?;
     let refunds = RefundStore::list_for_charge(&tx, id).await?;

@@ -1,11 +1,13 @@
 //! Command line and environment configuration. Every flag has an environment fallback.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::auth::{self, ApiKeys, ApiKeysError};
 use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, Parser)]
@@ -24,7 +26,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Serve HTTP (the default when no subcommand is given).
     Serve(ServeArgs),
@@ -74,12 +76,64 @@ pub struct ServeArgs {
     /// After SIGTERM, how long in-flight requests may take before the server stops anyway.
     #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
     pub shutdown_timeout: Duration,
-    /// A client must send its request headers within this time (slow-client protection).
+    /// A client must send its request headers within this time, and then its body within
+    /// this time again (slow-client protection; a late body is answered 400).
     #[arg(long, env = "CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub client_request_timeout: Duration,
     /// Idle keep-alive connections are closed after this time.
     #[arg(long, env = "KEEP_ALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub keep_alive: Duration,
+    /// Turns on API-key authentication: `client_id:secret` entries, comma separated
+    /// (secrets of 16+ characters; a client may have several for rotation). Clients send
+    /// `Authorization: Bearer <secret>`; /healthz, /readyz and /metrics stay open.
+    /// Without keys (the default) the API is unauthenticated. Prefer the environment
+    /// variable or --api-keys-file: a command line is visible to `ps`. Never logged.
+    #[arg(
+        long,
+        env = "API_KEYS",
+        hide_env_values = true,
+        value_name = "ID:SECRET,...",
+        conflicts_with = "api_keys_file"
+    )]
+    pub api_keys: Option<Secret>,
+    /// The same as --api-keys, read from a file: one `client_id:secret` per line, `#`
+    /// comments (e.g. a mounted Kubernetes Secret).
+    #[arg(long, env = "API_KEYS_FILE", value_name = "PATH")]
+    pub api_keys_file: Option<PathBuf>,
+}
+
+/// A configuration value that must never be printed: `Debug` hides it.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(charges_store::secrets::REDACTED)
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+impl ServeArgs {
+    /// The configured key list as text (the file is read here), `None` if none.
+    pub fn api_keys_text(&self) -> Result<Option<String>, ApiKeysError> {
+        auth::read_config(
+            self.api_keys.as_ref().map(Secret::expose),
+            self.api_keys_file.as_deref(),
+        )
+    }
 }
 
 impl Default for ServeArgs {
@@ -108,8 +162,32 @@ impl DatabaseArgs {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format);
-    let result = actix_web::rt::System::new().block_on(run(cli));
+    let command = cli
+        .command
+        .clone()
+        .unwrap_or_else(|| Command::Serve(ServeArgs::default()));
+    // Every secret the process holds is known to the log redactor before the first
+    // log line: the database password and the API keys (valid or not).
+    let mut secrets = charges_store::secrets::database_password(&cli.database.database_url);
+    let key_text = match &command {
+        Command::Serve(args) => args.api_keys_text(),
+        Command::Migrate => Ok(None),
+    };
+    if let Ok(Some(text)) = &key_text {
+        secrets.extend(auth::secret_candidates(text));
+    }
+    telemetry::init(
+        cli.log_format,
+        charges_store::secrets::Redactor::new(secrets),
+    );
+    let api_keys = match key_text.and_then(|text| text.as_deref().map(ApiKeys::parse).transpose()) {
+        Ok(keys) => keys,
+        Err(error) => {
+            tracing::error!(error = %error, "charges-api failed: invalid API keys");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = actix_web::rt::System::new().block_on(run(cli, command, api_keys));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -119,9 +197,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::Result<()> {
     let settings = cli.database.pool_settings();
-    match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+    match command {
         Command::Migrate => {
             let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
             charges_store::migrations::run(&pool).await?;
@@ -133,7 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 charges_store::migrations::run(&pool).await?;
             }
             let metrics = crate::metrics::install()?;
-            crate::serve(pool, &args, metrics).await?;
+            crate::serve(pool, &args, metrics, api_keys).await?;
             Ok(())
         }
     }
@@ -155,5 +233,23 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(args.idempotency_ttl, Duration::from_secs(24 * 3600));
         assert!(!args.migrate);
+    }
+
+    #[test]
+    fn secrets_are_hidden_from_debug_and_help() {
+        let cli = Cli::try_parse_from([
+            "charges-api",
+            "serve",
+            "--api-keys",
+            "a:0123456789abcdef-hidden",
+        ])
+        .unwrap();
+        assert!(!format!("{cli:?}").contains("hidden"));
+        let help = Cli::command()
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("API_KEYS"));
     }
 }

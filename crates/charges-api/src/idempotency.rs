@@ -10,6 +10,7 @@ use charges_domain::{IdempotencyKey, InvalidIdempotencyKey};
 use charges_store::{IdempotentOperation, IdempotentOutcome, StoredResponse};
 
 use crate::AppState;
+use crate::auth;
 use crate::body;
 use crate::metrics;
 use crate::problem::ApiError;
@@ -17,7 +18,9 @@ use crate::problem::ApiError;
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
-/// Runs a mutating request at most once per `(Idempotency-Key, endpoint)`.
+/// Runs a mutating request at most once per `(Idempotency-Key, endpoint)`, and per
+/// client when authentication is on ([`auth::idempotency_scope`]): one client's key
+/// never replays, conflicts with or blocks another client's request.
 ///
 /// Everything that can refuse the request without looking at the database (media type,
 /// key, body size, body validation) happens before the key is reserved, so a refused
@@ -41,8 +44,11 @@ where
     let route = route.as_deref().unwrap_or(endpoint);
     let key =
         key_from(request).inspect_err(|_| metrics::idempotency_outcome(route, "invalid_key"))?;
-    let bytes = body::read_limited(request, payload, state.max_body_bytes).await?;
+    let bytes =
+        body::read_limited(request, payload, state.max_body_bytes, state.body_timeout).await?;
     let operation = parse(&bytes)?;
+    let scope = auth::idempotency_scope(auth::client(request).as_ref(), endpoint);
+    let endpoint = scope.as_str();
     let outcome = state
         .idempotency
         .run(&state.pool, &key, endpoint, &operation)

@@ -3,6 +3,7 @@
 //! the replayable response. Publishing to Kafka is the relay's job.
 
 pub mod app;
+pub mod auth;
 mod body;
 mod charges;
 pub mod cli;

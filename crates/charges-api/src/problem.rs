@@ -49,6 +49,10 @@ pub enum ApiError {
     NotFound,
     #[error("this method is not allowed on this resource (allowed: {allow})")]
     MethodNotAllowed { allow: &'static str },
+    #[error("this API requires `Authorization: Bearer <API key>`")]
+    MissingCredentials,
+    #[error("the API key is not valid")]
+    InvalidCredentials,
     #[error("storage failure")]
     Store(#[from] StoreError),
     #[error("not ready: {reason}")]
@@ -96,6 +100,9 @@ impl ApiError {
                 "Idempotency-Key reused with a different request",
             ),
             ApiError::NotFound => ("/problems/not-found", "Not found"),
+            ApiError::MissingCredentials | ApiError::InvalidCredentials => {
+                ("/problems/unauthorized", "Unauthorized")
+            }
             ApiError::MethodNotAllowed { .. } => {
                 ("/problems/method-not-allowed", "Method not allowed")
             }
@@ -136,6 +143,7 @@ impl ResponseError for ApiError {
             ApiError::KeyInFlight => StatusCode::CONFLICT,
             ApiError::KeyReusedWithDifferentPayload => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MissingCredentials | ApiError::InvalidCredentials => StatusCode::UNAUTHORIZED,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -158,6 +166,22 @@ impl ResponseError for ApiError {
                 header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECONDS),
             ));
+        }
+        // RFC 6750 §3: no error code when no credentials were sent.
+        match self {
+            ApiError::MissingCredentials => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer realm="charges""#),
+                ));
+            }
+            ApiError::InvalidCredentials => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer realm="charges", error="invalid_token""#),
+                ));
+            }
+            _ => {}
         }
         if let ApiError::MethodNotAllowed { allow } = self {
             response.insert_header((header::ALLOW, HeaderValue::from_static(allow)));

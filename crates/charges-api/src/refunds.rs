@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::AppState;
+use crate::auth::{self, ClientId};
 use crate::charges::{parse_charge_id, to_json_string, to_json_value};
 use crate::idempotency::idempotent;
 use crate::problem::ApiError;
@@ -24,21 +25,28 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let charge_id = parse_charge_id(&path)?;
     let endpoint = format!("/charges/{charge_id}/refunds");
+    let owner = auth::client(&request);
     idempotent(&request, payload, &state, &endpoint, |body| {
-        Ok(CreateRefundOperation(CreateRefund::from_json(
-            charge_id, body,
-        )?))
+        Ok(CreateRefundOperation {
+            request: CreateRefund::from_json(charge_id, body)?,
+            owner,
+        })
     })
     .await
 }
 
-struct CreateRefundOperation(CreateRefund);
+struct CreateRefundOperation {
+    request: CreateRefund,
+    /// With authentication on, only the owner's charges can be refunded: another
+    /// client's charge is "not found".
+    owner: Option<ClientId>,
+}
 
 impl IdempotentOperation for CreateRefundOperation {
     type Error = ApiError;
 
     fn fingerprint(&self) -> Fingerprint {
-        self.0.fingerprint()
+        self.request.fingerprint()
     }
 
     /// The charge's row lock is held from the first statement to commit, so concurrent
@@ -52,12 +60,13 @@ impl IdempotentOperation for CreateRefundOperation {
         tx: &Transaction<'_>,
         now: DateTime<Utc>,
     ) -> Result<StoredResponse, ApiError> {
-        let charge_id = self.0.charge_id();
-        let charge = ChargeStore::lock_for_refund(tx, charge_id)
+        let charge_id = self.request.charge_id();
+        let owner = self.owner.as_ref().map(ClientId::as_str);
+        let charge = ChargeStore::lock_for_refund(tx, charge_id, owner)
             .await?
             .ok_or(ApiError::ChargeNotFound)?;
         let amount_cents = match self
-            .0
+            .request
             .amount_given(charge.amount_cents, charge.refunded_cents)
         {
             Ok(amount) => amount,

@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 
+use charges_store::secrets::Redactor;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -10,12 +11,13 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber: RUST_LOG filter (default `info`), text or JSON lines.
-pub fn init(format: LogFormat) {
+/// Installs the global subscriber: RUST_LOG filter (default `info`), text or JSON lines,
+/// every line passed through `redactor` (see `charges_store::secrets`).
+pub fn init(format: LogFormat, redactor: Redactor) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stdout)
+        .with_writer(move || redactor.writer(std::io::stdout()))
         .with_ansi(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none());
     let result = match format {
         LogFormat::Text => builder.try_init(),

@@ -6,7 +6,8 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = charges_consumer::init_logging(cli.run.log_format) {
+    let redactor = charges_store::secrets::Redactor::new(charges_consumer::secrets(&cli));
+    if let Err(e) = charges_consumer::init_logging(cli.run.log_format, redactor) {
         eprintln!("charges-consumer: {e}");
         return ExitCode::FAILURE;
     }

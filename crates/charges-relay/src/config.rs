@@ -160,7 +160,7 @@ pub struct RunArgs {
     #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
-    /// Log line format.
+    /// Log line format; the filter comes from RUST_LOG (default "info").
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 

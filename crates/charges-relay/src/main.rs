@@ -6,7 +6,8 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = charges_relay::init_logging(cli.run.log_format) {
+    let redactor = charges_store::secrets::Redactor::new(charges_relay::secrets(&cli));
+    if let Err(e) = charges_relay::init_logging(cli.run.log_format, redactor) {
         eprintln!("charges-relay: {e}");
         return ExitCode::FAILURE;
     }

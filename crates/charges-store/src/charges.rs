@@ -8,18 +8,30 @@ use crate::StoreError;
 
 pub struct ChargeStore;
 
-/// `ChargeInsert`
+/// `ChargeInsert`: without authentication (no owner). Kept apart from
+/// `ChargeInsertOwned` so that its four parameters stay what `make bench`'s pgbench
+/// twin of the API transaction binds.
 pub const INSERT: &str = "
 INSERT INTO charges (id, amount_cents, currency, created_at) VALUES ($1, $2, $3, $4)";
 
-/// `ChargeGet`
+/// `ChargeInsertOwned`: the authenticated client that created the charge (V4).
+pub const INSERT_OWNED: &str = "
+INSERT INTO charges (id, amount_cents, currency, created_at, client_id)
+VALUES ($1, $2, $3, $4, $5)";
+
+/// `ChargeGet`: `$2` is the caller's client id; NULL (authentication off) sees every
+/// charge, a client only its own.
 const GET: &str = "
-SELECT id, amount_cents, currency, created_at, refunded_cents FROM charges WHERE id = $1";
+SELECT id, amount_cents, currency, created_at, refunded_cents FROM charges
+ WHERE id = $1 AND ($2::text IS NULL OR client_id = $2::text)";
 
 /// `ChargeLockForRefund`: the row lock serializes concurrent refunds of one charge
-/// until the refund's transaction ends, so each sees the previous one's total.
+/// until the refund's transaction ends, so each sees the previous one's total. `$2`
+/// as in `ChargeGet`.
 const LOCK_FOR_REFUND: &str = "
-SELECT amount_cents, refunded_cents, currency FROM charges WHERE id = $1 FOR UPDATE";
+SELECT amount_cents, refunded_cents, currency FROM charges
+ WHERE id = $1 AND ($2::text IS NULL OR client_id = $2::text)
+   FOR UPDATE";
 
 /// `ChargeAddRefunded`
 const ADD_REFUNDED: &str = "
@@ -45,29 +57,44 @@ pub struct RefundableCharge {
 }
 
 impl ChargeStore {
-    pub async fn insert(client: &impl GenericClient, charge: &Charge) -> Result<(), StoreError> {
-        let statement = client.prepare_cached(INSERT).await?;
-        client
-            .execute(
-                &statement,
-                &[
-                    &charge.id,
-                    &charge.amount_cents,
-                    &charge.currency,
-                    &charge.created_at,
-                ],
-            )
-            .await?;
+    /// `owner` is the authenticated client that creates it, `None` without
+    /// authentication.
+    pub async fn insert(
+        client: &impl GenericClient,
+        charge: &Charge,
+        owner: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let fields: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
+            &charge.id,
+            &charge.amount_cents,
+            &charge.currency,
+            &charge.created_at,
+        ];
+        match owner {
+            None => {
+                let statement = client.prepare_cached(INSERT).await?;
+                client.execute(&statement, &fields).await?;
+            }
+            Some(owner) => {
+                let statement = client.prepare_cached(INSERT_OWNED).await?;
+                let [id, amount, currency, created_at] = fields;
+                client
+                    .execute(&statement, &[id, amount, currency, created_at, &owner])
+                    .await?;
+            }
+        }
         Ok(())
     }
 
-    /// The charge and its refunded total.
+    /// The charge and its refunded total; `None` if unknown or, when `owner` is
+    /// given, another client's.
     pub async fn get(
         client: &impl GenericClient,
         id: Uuid,
+        owner: Option<&str>,
     ) -> Result<Option<(Charge, i32)>, StoreError> {
         let statement = client.prepare_cached(GET).await?;
-        let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        let Some(row) = client.query_opt(&statement, &[&id, &owner]).await? else {
             return Ok(None);
         };
         let charge = Charge {
@@ -79,13 +106,15 @@ impl ChargeStore {
         Ok(Some((charge, row.try_get("refunded_cents")?)))
     }
 
-    /// Locks the charge for the rest of the caller's transaction; `None` if unknown.
+    /// Locks the charge for the rest of the caller's transaction; `None` if unknown
+    /// or, when `owner` is given, another client's.
     pub async fn lock_for_refund(
         client: &impl GenericClient,
         id: Uuid,
+        owner: Option<&str>,
     ) -> Result<Option<RefundableCharge>, StoreError> {
         let statement = client.prepare_cached(LOCK_FOR_REFUND).await?;
-        let Some(row) = client.query_opt(&statement, &[&id]).await? else {
+        let Some(row) = client.query_opt(&statement, &[&id, &owner]).await? else {
             return Ok(None);
         };
         Ok(Some(RefundableCharge {

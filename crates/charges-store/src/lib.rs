@@ -10,6 +10,7 @@ pub mod outbox;
 mod pool;
 pub mod refunds;
 mod replay_cache;
+pub mod secrets;
 
 pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};

@@ -1,0 +1,63 @@
+-- What charges_api and charges_relay may do, derived statement by statement from the
+-- SQL in crates/charges-store (the named consts) and crates/charges-relay. Run as
+-- charges_migrator (the owner) after every migration; see roles.sql.
+--
+-- PostgreSQL rules that shape these grants:
+--   * SELECT … FOR UPDATE needs UPDATE on at least one column of the table;
+--   * INSERT … ON CONFLICT DO UPDATE needs INSERT, UPDATE on the SET columns and
+--     SELECT on the columns it reads;
+--   * UPDATE/DELETE … WHERE needs SELECT on the columns the WHERE reads;
+--   * foreign-key checks and the outbox NOTIFY trigger need nothing more (the checks
+--     run as the table owner; pg_notify is executable by PUBLIC).
+
+-- ---------------------------------------------------------------------------------
+-- charges_api
+-- ---------------------------------------------------------------------------------
+
+-- IdempotencyKeyReserve (INSERT … ON CONFLICT DO UPDATE, then reads the row) and
+-- IdempotencyKeyComplete. Every column but the key and its scope may change: the API
+-- can never move a stored response to another key, endpoint or client.
+GRANT SELECT, INSERT ON idempotency_keys TO charges_api;
+GRANT UPDATE (request_hash, status, response_status, response_headers, response_body,
+              created_at, expires_at)
+   ON idempotency_keys TO charges_api;
+
+-- ChargeInsert / ChargeInsertOwned, ChargeGet, ChargeLockForRefund (FOR UPDATE),
+-- ChargeAddRefunded: the refunded total is the only thing the API ever changes on a
+-- charge; it never deletes one.
+GRANT SELECT, INSERT ON charges TO charges_api;
+GRANT UPDATE (refunded_cents) ON charges TO charges_api;
+
+-- RefundInsert, RefundListForCharge.
+GRANT SELECT, INSERT ON refunds TO charges_api;
+
+-- OutboxInsert: the API writes events and never reads, changes or deletes them.
+GRANT INSERT ON outbox TO charges_api;
+
+-- /readyz compares the applied schema version with the binary's.
+GRANT SELECT ON refinery_schema_history TO charges_api;
+
+-- ---------------------------------------------------------------------------------
+-- charges_relay
+-- ---------------------------------------------------------------------------------
+
+-- OutboxClaimPending (FOR UPDATE SKIP LOCKED), OutboxMarkPublishedMany,
+-- OutboxRecordFailureMany, OutboxRequeueDeadMany, OutboxListDead, OutboxStats, and
+-- OutboxDeletePublished (retention). Only the delivery bookkeeping may change: the
+-- relay can never rewrite an event's id, aggregate, type or payload.
+GRANT SELECT, DELETE ON outbox TO charges_relay;
+GRANT UPDATE (published_at, next_attempt_at, attempts, last_error, dead_at)
+   ON outbox TO charges_relay;
+
+-- IdempotencyKeyDeleteExpired (`purge` and the periodic retention) and
+-- IdempotencyKeyCountStartedOlderThan (reconciliation). The purge's sub-select locks
+-- rows FOR UPDATE SKIP LOCKED, which needs UPDATE on one column: expires_at, which
+-- gives no power DELETE does not already give.
+GRANT SELECT, DELETE ON idempotency_keys TO charges_relay;
+GRANT UPDATE (expires_at) ON idempotency_keys TO charges_relay;
+
+-- ChargeCountWithoutOutbox (reconciliation) reads charges; the relay never writes them.
+GRANT SELECT ON charges TO charges_relay;
+
+-- /readyz on --metrics-listen.
+GRANT SELECT ON refinery_schema_history TO charges_relay;

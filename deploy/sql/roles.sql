@@ -1,0 +1,35 @@
+-- Least privilege for the charges database: three roles, one per job.
+--
+--   charges_migrator  owns the schema and every table; runs `charges-api migrate`
+--                     (the Kubernetes Job) and then grants.sql. Nothing else uses it.
+--   charges_api       charges-api serve: exactly the statements the API runs.
+--   charges_relay     charges-relay (the loop, `purge`, `dead list|requeue`).
+--
+-- Run this file once, as a superuser (or a role with CREATEROLE), connected to the
+-- charges database: roles are cluster-wide, the schema statements act on the current
+-- database. Then, after EVERY migration, run grants.sql as charges_migrator (GRANT is
+-- idempotent; a migration that adds a table must add its grants there).
+--
+-- Passwords are not set here: set them from your secret store,
+--   ALTER ROLE charges_api PASSWORD '…';
+-- and put them in the binaries' DATABASE_URL (which they never log). The binaries do
+-- not run with --migrate in production: only charges_migrator could.
+--
+-- tests/tests/security.rs runs this file and grants.sql verbatim (with the role names
+-- suffixed per test) and runs both binaries as these roles, so the file and the code
+-- cannot drift apart.
+
+CREATE ROLE charges_migrator LOGIN;
+CREATE ROLE charges_api LOGIN;
+CREATE ROLE charges_relay LOGIN;
+
+-- The migrator owns the schema, hence every object the migrations create in it. No
+-- one else may create anything there (PostgreSQL 15+ already revokes CREATE from
+-- PUBLIC; older versions do not).
+ALTER SCHEMA public OWNER TO charges_migrator;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE ON SCHEMA public TO charges_api, charges_relay;
+
+-- Optional hardening, per database (the name is yours):
+--   REVOKE CONNECT ON DATABASE charges FROM PUBLIC;
+--   GRANT CONNECT ON DATABASE charges TO charges_migrator, charges_api, charges_relay;

@@ -1,0 +1,736 @@
+//! Security, through the real binaries and a real Postgres: API-key authentication
+//! and per-client scoping, secrets kept out of every log line, error and `--help`,
+//! and the least-privilege roles of deploy/sql/ (run verbatim).
+
+use std::time::Duration;
+
+use charges_tests::kafka::TestKafka;
+use charges_tests::{Process, TestDb, binary, log_field};
+use reqwest::StatusCode;
+use serde_json::Value;
+use uuid::Uuid;
+
+const BODY: &str = r#"{"amountCents":4900,"currency":"EUR"}"#;
+const OTHER_BODY: &str = r#"{"amountCents":5000,"currency":"EUR"}"#;
+const SECRET_A: &str = "client-a-secret-7d3f0c2a9e81";
+const SECRET_B: &str = "client-b-secret-41b7a0d95c2f";
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn api_keys() -> String {
+    format!("client-a:{SECRET_A},client-b:{SECRET_B}")
+}
+
+fn new_key() -> String {
+    Uuid::new_v4().to_string()
+}
+
+/// `url` with its user info replaced by `user` and, if given, `password`.
+fn with_user(url: &str, user: &str, password: Option<&str>) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host_and_path = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+    match password {
+        Some(password) => format!("{scheme}://{user}:{password}@{host_and_path}"),
+        None => format!("{scheme}://{user}@{host_and_path}"),
+    }
+}
+
+/// `url` with its `host:port` replaced.
+fn with_host(url: &str, host: &str) -> String {
+    let (before, after) = url.rsplit_once('@').expect("a URL with user info");
+    let path = after.find('/').map_or("", |slash| &after[slash..]);
+    format!("{before}@{host}{path}")
+}
+
+/// `charges-api serve` on a free port, configured through the environment only.
+struct Api {
+    process: Process,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn start(envs: &[(&str, &str)]) -> Api {
+        let (process, line) = Process::start(
+            "charges-api",
+            &["serve", "--listen", "127.0.0.1:0"],
+            envs,
+            "listening",
+        )
+        .await;
+        let addr = log_field(&line, "addr").expect("addr in the listening line");
+        Api {
+            process,
+            base: format!("http://{addr}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        secret: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match secret {
+            Some(secret) => request.bearer_auth(secret),
+            None => request,
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        secret: Option<&str>,
+        key: &str,
+        body: &str,
+    ) -> reqwest::Response {
+        self.request(reqwest::Method::POST, path, secret)
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn get(&self, path: &str, secret: Option<&str>) -> reqwest::Response {
+        self.request(reqwest::Method::GET, path, secret)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// A binary run to completion: (success, stdout and stderr).
+fn run(name: &str, args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
+    let output = std::process::Command::new(binary(name))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("API_KEYS")
+        .env("RUST_LOG", "debug")
+        .env("NO_COLOR", "1")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+async fn problem(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    response.json().await.unwrap()
+}
+
+fn assert_hidden(output: &str, secrets: &[&str], what: &str) {
+    for secret in secrets {
+        assert!(
+            !output.contains(secret),
+            "{what} shows the secret {secret:?}:\n{output}"
+        );
+    }
+}
+
+/// Auth on: the same Idempotency-Key from two clients names two operations. Client B
+/// sending A's key with A's body gets a charge of its own, never A's stored response;
+/// and each client only sees and refunds its own charges.
+#[tokio::test]
+async fn two_clients_with_one_idempotency_key_get_independent_charges() {
+    let db = TestDb::new().await;
+    let keys = api_keys();
+    let api = Api::start(&[("DATABASE_URL", &db.url), ("API_KEYS", &keys)]).await;
+    let key = new_key();
+
+    let a1 = api.post("/charges", Some(SECRET_A), &key, BODY).await;
+    assert_eq!(a1.status(), StatusCode::CREATED);
+    let a1: Value = a1.json().await.unwrap();
+    let a2 = api.post("/charges", Some(SECRET_A), &key, BODY).await;
+    assert_eq!(a2.status(), StatusCode::CREATED);
+    assert_eq!(a2.headers()["idempotent-replayed"], "true");
+    assert_eq!(a2.json::<Value>().await.unwrap(), a1);
+
+    let b1 = api.post("/charges", Some(SECRET_B), &key, BODY).await;
+    assert_eq!(b1.status(), StatusCode::CREATED);
+    assert!(
+        b1.headers().get("idempotent-replayed").is_none(),
+        "B got A's replay"
+    );
+    let b1: Value = b1.json().await.unwrap();
+    assert_ne!(b1["id"], a1["id"]);
+    let b2 = api.post("/charges", Some(SECRET_B), &key, BODY).await;
+    assert_eq!(b2.headers()["idempotent-replayed"], "true");
+    assert_eq!(b2.json::<Value>().await.unwrap(), b1);
+    // Each client's key is bound to its own first request.
+    for secret in [SECRET_A, SECRET_B] {
+        let conflict = api.post("/charges", Some(secret), &key, OTHER_BODY).await;
+        let body = problem(conflict, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert_eq!(body["type"], "/problems/idempotency-key-reused");
+    }
+
+    assert_eq!(db.count("charges").await, 2);
+    let scopes: Vec<(String, String)> = db
+        .client()
+        .query(
+            "SELECT k.endpoint, c.client_id FROM idempotency_keys k
+               JOIN charges c ON k.response_body::jsonb ->> 'id' = c.id::text
+              ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("client:client-a /charges".to_owned(), "client-a".to_owned()),
+            ("client:client-b /charges".to_owned(), "client-b".to_owned()),
+        ]
+    );
+
+    // Reading and refunding: another client's charge does not exist for B.
+    let a_path = format!("/charges/{}", a1["id"].as_str().unwrap());
+    assert_eq!(
+        api.get(&a_path, Some(SECRET_A)).await.status(),
+        StatusCode::OK
+    );
+    let hidden = problem(
+        api.get(&a_path, Some(SECRET_B)).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(hidden["type"], "/problems/charge-not-found");
+    let refunds = format!("{a_path}/refunds");
+    let refund_key = new_key();
+    let refused = api.post(&refunds, Some(SECRET_B), &refund_key, "{}").await;
+    assert_eq!(
+        problem(refused, StatusCode::NOT_FOUND).await["type"],
+        "/problems/charge-not-found"
+    );
+    let refunded = api.post(&refunds, Some(SECRET_A), &refund_key, "{}").await;
+    assert_eq!(refunded.status(), StatusCode::CREATED);
+    assert_eq!(db.count("refunds").await, 1);
+}
+
+/// Auth on: no or a wrong key is 401 problem+json with `WWW-Authenticate: Bearer`,
+/// before anything is read or stored; the probes and the scrape stay open.
+#[tokio::test]
+async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
+    let db = TestDb::new().await;
+    let keys = api_keys();
+    let api = Api::start(&[("DATABASE_URL", &db.url), ("API_KEYS", &keys)]).await;
+    let charge = format!("/charges/{}", Uuid::new_v4());
+
+    let missing = api.post("/charges", None, &new_key(), BODY).await;
+    assert_eq!(
+        missing.headers()["www-authenticate"],
+        r#"Bearer realm="charges""#
+    );
+    assert!(missing.headers().contains_key("x-request-id"));
+    let body = problem(missing, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(body["type"], "/problems/unauthorized");
+    assert_eq!(body["status"], 401);
+
+    let wrong_secrets = [
+        "client-a-secret-7d3f0c2a9e8",   // one character short
+        "client-a-secret-7d3f0c2a9e810", // one character more
+        "CLIENT-A-SECRET-7D3F0C2A9E81",
+        "client-a:client-a-secret-7d3f0c2a9e81",
+    ];
+    for wrong in wrong_secrets {
+        let response = api.post("/charges", Some(wrong), &new_key(), BODY).await;
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            r#"Bearer realm="charges", error="invalid_token""#
+        );
+        problem(response, StatusCode::UNAUTHORIZED).await;
+    }
+    for authorization in [
+        format!("Basic {SECRET_A}"),
+        "Bearer".to_owned(),
+        SECRET_A.to_owned(),
+    ] {
+        let response = api
+            .request(reqwest::Method::GET, &charge, None)
+            .header("authorization", authorization)
+            .send()
+            .await
+            .unwrap();
+        problem(response, StatusCode::UNAUTHORIZED).await;
+    }
+    let twice = api
+        .request(reqwest::Method::GET, &charge, Some(SECRET_A))
+        .header("authorization", format!("Bearer {SECRET_B}"))
+        .send()
+        .await
+        .unwrap();
+    problem(twice, StatusCode::UNAUTHORIZED).await;
+    // Unknown paths need a key too: routes are not discoverable.
+    problem(api.get("/nope", None).await, StatusCode::UNAUTHORIZED).await;
+    problem(api.get(&charge, None).await, StatusCode::UNAUTHORIZED).await;
+    assert_eq!(db.count("idempotency_keys").await, 0);
+    assert_eq!(db.count("charges").await, 0);
+
+    // A valid key reaches the handlers (the scheme is case-insensitive).
+    let lower = api
+        .request(reqwest::Method::GET, &charge, None)
+        .header("authorization", format!("bearer {SECRET_B}"))
+        .send()
+        .await
+        .unwrap();
+    problem(lower, StatusCode::NOT_FOUND).await;
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(api.get(open, None).await.status(), StatusCode::OK, "{open}");
+    }
+}
+
+/// Neither the database password nor an API key appears in any output line: a normal
+/// run at debug level (with the secret even sent as a request id, which is logged),
+/// start-up failures (unknown host, refused port, unparsable URL, unknown database),
+/// invalid key configuration, and `--help` of every binary.
+#[tokio::test]
+async fn secrets_never_reach_logs_errors_or_help() {
+    let db = TestDb::new().await;
+    let password = format!("s3cr3t-{}", Uuid::new_v4().simple());
+    let kafka_password = format!("k4fk4-{}", Uuid::new_v4().simple());
+    let secrets = [
+        password.as_str(),
+        SECRET_A,
+        SECRET_B,
+        kafka_password.as_str(),
+    ];
+    // Local connections are `trust`: the server ignores the password, the binaries
+    // still hold it, which is what this is about.
+    let url = with_user(&db.url, "postgres", Some(&password));
+    let keys = api_keys();
+
+    let mut api = Api::start(&[
+        ("DATABASE_URL", &url),
+        ("API_KEYS", &keys),
+        ("RUST_LOG", "debug"),
+    ])
+    .await;
+    let created = api.post("/charges", Some(SECRET_A), &new_key(), BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let refused = api
+        .post(
+            "/charges",
+            Some(SECRET_B.trim_end_matches('f')),
+            &new_key(),
+            BODY,
+        )
+        .await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    // A client that puts its secret where the API logs it (the request id).
+    let echoed = api
+        .request(reqwest::Method::GET, "/healthz", None)
+        .header("x-request-id", SECRET_A)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(echoed.status(), StatusCode::OK);
+    api.process.signal("TERM");
+    assert!(api.process.wait(DEADLINE).await.success());
+    let output = api.process.output_text();
+    assert!(output.contains("request finished"), "{output}");
+    assert!(output.contains("request_id=[REDACTED]"), "{output}");
+    assert_hidden(&output, &secrets, "charges-api serve");
+
+    let failing = [
+        with_host(&url, "nonexistent.invalid:5432"),
+        with_host(&url, "127.0.0.1:1"),
+        with_host(&url, "127.0.0.1:notaport"),
+        format!("{}_missing", url),
+    ];
+    for bad in &failing {
+        for (name, args) in [
+            ("charges-api", vec!["migrate"]),
+            ("charges-relay", vec!["purge"]),
+            ("charges-relay", vec!["dead", "list"]),
+            (
+                "charges-relay",
+                vec![
+                    "--kafka-config",
+                    "sasl.password",
+                    "--metrics-listen",
+                    "127.0.0.1:0",
+                ],
+            ),
+        ] {
+            let kafka_setting = format!("sasl.password={kafka_password}");
+            let args: Vec<&str> = args
+                .iter()
+                .map(|a| {
+                    if *a == "sasl.password" {
+                        kafka_setting.as_str()
+                    } else {
+                        a
+                    }
+                })
+                .collect();
+            let (ok, output) = run(name, &args, &[("DATABASE_URL", bad), ("API_KEYS", &keys)]);
+            assert!(!ok, "{name} {args:?} succeeded against {bad}");
+            assert!(output.contains("failed"), "{name} {args:?}: {output}");
+            assert_hidden(&output, &secrets, &format!("{name} {args:?}"));
+        }
+    }
+
+    // The relay's one-shot commands succeed with the password URL, and say nothing of it.
+    let (ok, output) = run("charges-relay", &["purge"], &[("DATABASE_URL", &url)]);
+    assert!(ok, "{output}");
+    assert_hidden(&output, &secrets, "charges-relay purge");
+
+    // Invalid key lists fail start-up naming the entry, never its content.
+    for invalid in [
+        format!("client a:{SECRET_A}"),
+        format!("client-a:{SECRET_A},client-b:{SECRET_A}"),
+        format!("client-a{SECRET_A}"),
+    ] {
+        let (ok, output) = run(
+            "charges-api",
+            &["serve", "--listen", "127.0.0.1:0"],
+            &[("DATABASE_URL", &url), ("API_KEYS", &invalid)],
+        );
+        assert!(!ok);
+        assert!(output.contains("API key entr"), "{output}");
+        assert_hidden(&output, &secrets, "charges-api with invalid API_KEYS");
+    }
+
+    for (name, args) in [
+        ("charges-api", vec!["--help"]),
+        ("charges-api", vec!["serve", "--help"]),
+        ("charges-api", vec!["migrate", "--help"]),
+        ("charges-relay", vec!["--help"]),
+        ("charges-relay", vec!["purge", "--help"]),
+        ("charges-relay", vec!["dead", "--help"]),
+        ("charges-consumer", vec!["--help"]),
+    ] {
+        let (ok, output) = run(name, &args, &[("DATABASE_URL", &url), ("API_KEYS", &keys)]);
+        assert!(ok, "{name} {args:?}: {output}");
+        assert!(output.contains("DATABASE_URL"), "{name} {args:?}: {output}");
+        assert_hidden(&output, &secrets, &format!("{name} {args:?}"));
+    }
+}
+
+/// Roles of deploy/sql/roles.sql, suffixed so that parallel tests (roles are
+/// cluster-wide) never share one; dropped with everything they own at the end, also
+/// when the test fails.
+struct Roles {
+    migrator: String,
+    api: String,
+    relay: String,
+    db_url: String,
+}
+
+impl Roles {
+    fn new(db: &TestDb) -> Roles {
+        let suffix = db.name.trim_start_matches("charges_test_");
+        Roles {
+            migrator: format!("charges_migrator_{suffix}"),
+            api: format!("charges_api_{suffix}"),
+            relay: format!("charges_relay_{suffix}"),
+            db_url: db.url.clone(),
+        }
+    }
+
+    /// A file of deploy/sql/ with this test's role names.
+    fn sql(&self, file: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/sql")
+            .join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        text.replace("charges_migrator", &self.migrator)
+            .replace("charges_api", &self.api)
+            .replace("charges_relay", &self.relay)
+    }
+
+    fn url(&self, role: &str) -> String {
+        with_user(&self.db_url, role, None)
+    }
+}
+
+impl Drop for Roles {
+    fn drop(&mut self) {
+        let names = [self.migrator.clone(), self.api.clone(), self.relay.clone()];
+        let db_url = self.db_url.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let (client, connection) =
+                    tokio_postgres::connect(&db_url, tokio_postgres::NoTls).await?;
+                tokio::spawn(connection);
+                let quoted = names
+                    .iter()
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let list = names.join(", ");
+                client
+                    .batch_execute(&format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                          WHERE usename IN ({quoted});
+                         DROP OWNED BY {list} CASCADE;
+                         DROP ROLE {list};"
+                    ))
+                    .await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("could not drop the test roles: {e}");
+        }
+    }
+}
+
+async fn connect_as(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+async fn assert_denied(client: &tokio_postgres::Client, sql: &str) {
+    let error = client
+        .batch_execute(sql)
+        .await
+        .expect_err(&format!("{sql} was allowed"));
+    assert_eq!(
+        error.code(),
+        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{sql}: {error:?}"
+    );
+}
+
+async fn wait_for_sql(db: &TestDb, sql: &str, what: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !db
+        .client()
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// deploy/sql/roles.sql and grants.sql, run verbatim on an empty database: the
+/// migrator migrates, and the API and the relay do all of their work as their own
+/// roles (charge, replay, refund, read, readiness, publish, retention, purge,
+/// reconciliation, dead list and requeue) without a single permission error, while the
+/// API role cannot delete charges or touch the outbox beyond inserting.
+#[tokio::test]
+async fn api_and_relay_work_with_least_privilege_roles() {
+    let db = TestDb::new().await;
+    let roles = Roles::new(&db);
+    // An empty database, as in production before the first migration.
+    db.client()
+        .batch_execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+        .await
+        .unwrap();
+    db.client()
+        .batch_execute(&roles.sql("roles.sql"))
+        .await
+        .unwrap();
+    let (ok, output) = run(
+        "charges-api",
+        &["migrate"],
+        &[("DATABASE_URL", &roles.url(&roles.migrator))],
+    );
+    assert!(ok, "migrate as the migrator: {output}");
+    connect_as(&roles.url(&roles.migrator))
+        .await
+        .batch_execute(&roles.sql("grants.sql"))
+        .await
+        .unwrap();
+
+    let api_url = roles.url(&roles.api);
+    let relay_url = roles.url(&roles.relay);
+    let api = Api::start(&[("DATABASE_URL", &api_url)]).await;
+    let kafka = TestKafka::new(1).await;
+    let (relay, line) = Process::start(
+        "charges-relay",
+        &[
+            "--kafka-brokers",
+            kafka.bootstrap.as_str(),
+            "--topic",
+            kafka.topic.as_str(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "200ms",
+            "--stats-interval",
+            "200ms",
+            "--reconcile-interval",
+            "200ms",
+            // Retention runs once at start-up; `purge` below does the rest.
+            "--cleanup-interval",
+            "1h",
+        ],
+        &[("DATABASE_URL", &relay_url)],
+        "relay started",
+    )
+    .await;
+    let relay_ops = format!("http://{}", log_field(&line, "metrics_addr").unwrap());
+
+    // The API: charge, replay, refund, read, readiness.
+    let key = new_key();
+    let created = api.post("/charges", None, &key, BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let charge: Value = created.json().await.unwrap();
+    let replay = api.post("/charges", None, &key, BODY).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let path = format!("/charges/{}", charge["id"].as_str().unwrap());
+    let refund = api
+        .post(
+            &format!("{path}/refunds"),
+            None,
+            &new_key(),
+            r#"{"amountCents":900}"#,
+        )
+        .await;
+    assert_eq!(refund.status(), StatusCode::CREATED);
+    let read = api.get(&path, None).await;
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(read.json::<Value>().await.unwrap()["refundedCents"], 900);
+    assert_eq!(api.get("/readyz", None).await.status(), StatusCode::OK);
+
+    // The relay: both events published and marked; its probe and reconciliation.
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 2 FROM outbox WHERE published_at IS NOT NULL",
+        "both events published",
+    )
+    .await;
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "both events", |messages| messages.len() >= 2)
+        .await;
+    assert_eq!(
+        api.http
+            .get(format!("{relay_ops}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let metrics = api
+            .http
+            .get(format!("{relay_ops}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let reconciled = metrics.lines().any(|l| {
+            l.starts_with("charges_reconcile_last_success_timestamp_seconds ") && !l.ends_with(" 0")
+        });
+        if reconciled {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reconciliation never succeeded:\n{}",
+            relay.output_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // `purge` as the relay role.
+    db.client()
+        .batch_execute(
+            "INSERT INTO idempotency_keys
+                 (key, endpoint, request_hash, status, response_status, response_body,
+                  created_at, expires_at)
+             VALUES ('expired', '/charges', 'h', 'COMPLETED', 201, '{}',
+                     now() - interval '2 days', now() - interval '1 day')",
+        )
+        .await
+        .unwrap();
+    let relay_env = [("DATABASE_URL", relay_url.as_str())];
+    let (ok, output) = run("charges-relay", &["purge"], &relay_env);
+    assert!(
+        ok && output.contains("deleted 1 expired idempotency keys"),
+        "{output}"
+    );
+
+    // `dead list` and `dead requeue` as the relay role; the requeued row is published.
+    let dead_id = Uuid::new_v4();
+    let charge_id: Uuid = charge["id"].as_str().unwrap().parse().unwrap();
+    db.client()
+        .execute(
+            "INSERT INTO outbox (id, aggregate_id, event_type, payload, attempts, last_error, dead_at)
+             VALUES ($1, $2, 'ChargeCreated', '{}', 10, 'test', now())",
+            &[&dead_id, &charge_id],
+        )
+        .await
+        .unwrap();
+    let (ok, output) = run("charges-relay", &["dead", "list"], &relay_env);
+    assert!(ok && output.contains(&dead_id.to_string()), "{output}");
+    let dead_id_text = dead_id.to_string();
+    let (ok, output) = run(
+        "charges-relay",
+        &["dead", "requeue", "--id", &dead_id_text],
+        &relay_env,
+    );
+    assert!(ok && output.contains("requeued 1"), "{output}");
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 3 FROM outbox WHERE published_at IS NOT NULL",
+        "the requeued event published",
+    )
+    .await;
+
+    // What the roles must not do.
+    let as_api = connect_as(&api_url).await;
+    for sql in [
+        "DELETE FROM charges",
+        "UPDATE outbox SET attempts = 0",
+        "SELECT count(*) FROM outbox",
+        "DELETE FROM idempotency_keys",
+        "UPDATE idempotency_keys SET endpoint = 'client:x /charges'",
+        "UPDATE charges SET amount_cents = 1",
+        "CREATE TABLE intruder (id int)",
+    ] {
+        assert_denied(&as_api, sql).await;
+    }
+    let as_relay = connect_as(&relay_url).await;
+    for sql in [
+        "UPDATE outbox SET payload = '{}'",
+        "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 1, 'EUR')",
+        "UPDATE charges SET refunded_cents = 0",
+        "DELETE FROM charges",
+        "SELECT count(*) FROM refunds",
+    ] {
+        assert_denied(&as_relay, sql).await;
+    }
+
+    for (name, output) in [
+        ("charges-api", api.process.output_text()),
+        ("charges-relay", relay.output_text()),
+    ] {
+        assert!(!output.contains("permission denied"), "{name}:\n{output}");
+    }
+}
