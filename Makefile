@@ -5,7 +5,7 @@ export DATABASE_URL
 # Tests print a short panic message; set RUST_BACKTRACE=1 yourself to dig in.
 export RUST_BACKTRACE ?= 0
 
-.PHONY: help deps build release test lint fmt demo clean
+.PHONY: help deps bench-deps build release test chaos lint lint-alerts fmt demo bench soak kafka-mock clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,15 +23,42 @@ test: build ## Every test, against the Postgres at DATABASE_URL (each test makes
 	cargo fmt --all -- --check
 	cargo nextest run --workspace
 
-lint: ## rustfmt and clippy with warnings as errors.
+chaos: build ## Every fault-injection scenario, the slow ones too (tests/tests/chaos.rs; make test runs the fast ones).
+	cargo nextest run -p charges-tests --test chaos --run-ignored all --no-capture
+
+lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	@# Installed on first use only (a few minutes to build); never part of make test.
+	@command -v cargo-deny >/dev/null 2>&1 || { echo "installing cargo-deny"; cargo install --locked cargo-deny; }
+	cargo deny check --hide-inclusion-graph licenses bans
+
+# promtool from Debian's prometheus package, unpacked under target/ (no daemon installed).
+PROMTOOL ?= $(or $(shell command -v promtool 2>/dev/null),target/tools/usr/bin/promtool)
+
+lint-alerts: ## promtool check rules on deploy/prometheus/alerts.yaml (make test checks the same file in Rust).
+	@[ -x "$(PROMTOOL)" ] || { echo "fetching promtool (Debian package prometheus, ~20 MB, unpacked only)"; \
+	  mkdir -p target/tools && cd target/tools && apt-get download prometheus >/dev/null && dpkg-deb -x prometheus_*.deb . ; }
+	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 
 fmt: ## Format everything.
 	cargo fmt --all
 
 demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
 	@bash scripts/demo.sh
+
+bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load) and pgbench.
+	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
+	@command -v pgbench >/dev/null 2>&1 || { echo "installing pgbench"; apt-get install -y -qq postgresql-contrib >/dev/null; }
+
+bench: bench-deps ## Throughput and latency against floors measured in the same run (never part of make test).
+	@bash scripts/bench.sh
+
+soak: bench-deps ## SOAK_SECONDS (600) of mixed traffic: tables bounded, memory flat, no 5xx.
+	@bash scripts/soak.sh
+
+kafka-mock: build ## A local Kafka-protocol broker (librdkafka's mock cluster); prints bootstrap=<addr>.
+	./target/debug/kafka-mock --topic charges.events
 
 clean:
 	cargo clean

@@ -10,6 +10,9 @@ command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# kubernetes-validate (below) checks deploy/k8s against the Kubernetes schemas in make test.
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "deps: installing ${need_apt[*]}"
   sudo_cmd=""
@@ -20,6 +23,13 @@ fi
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
+
+# Bundles the Kubernetes JSON schemas, so validation works offline (tests/tests/deploy.rs).
+if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
+  echo "deps: installing kubernetes-validate"
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
+fi
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "deps: starting Postgres"

@@ -75,6 +75,11 @@ impl TestDb {
             .await
             .expect("migrate the test database");
         let client = connect(&url).await;
+        // So that outage tests can end every session but this one.
+        client
+            .batch_execute("SET application_name = 'charges-tests'")
+            .await
+            .expect("name the test's session");
         TestDb {
             name,
             url,
@@ -92,6 +97,44 @@ impl TestDb {
     /// inside its database (refusing connections to it, for example).
     pub async fn admin_client(&self) -> tokio_postgres::Client {
         connect(&self.admin_url).await
+    }
+
+    /// Makes the database unreachable for the binaries: refuses new connections, then
+    /// ends the sessions of `application_name` (every other session but the test's own
+    /// when `None`). Two statements, so the refusal is committed before the sessions
+    /// end and none can slip in between.
+    pub async fn refuse_connections(&self, application_name: Option<&str>) {
+        let admin = self.admin_client().await;
+        let name = &self.name;
+        admin
+            .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+            .await
+            .expect("refuse connections");
+        let filter = match application_name {
+            Some(app) => format!("application_name = '{app}'"),
+            None => "true".to_owned(),
+        };
+        admin
+            .batch_execute(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                  WHERE datname = '{name}' AND {filter}
+                    AND pid NOT IN (SELECT pid FROM pg_stat_activity
+                                 WHERE datname = '{name}' AND application_name = 'charges-tests')"
+            ))
+            .await
+            .expect("end the database's sessions");
+    }
+
+    /// Undoes [`TestDb::refuse_connections`].
+    pub async fn allow_connections(&self) {
+        self.admin_client()
+            .await
+            .batch_execute(&format!(
+                "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+                self.name
+            ))
+            .await
+            .expect("allow connections");
     }
 
     /// `SELECT count(*)` of a table named by the test itself (never by input).

@@ -527,15 +527,7 @@ async fn an_unreachable_database_is_503_and_the_api_recovers() {
     );
 
     let name = &db.name;
-    let admin = db.admin_client().await;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {name} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = '{name}' AND application_name = 'charges-api';"
-        ))
-        .await
-        .unwrap();
+    db.refuse_connections(Some("charges-api")).await;
     let key = new_key();
     let response = api.post_charge(Some(&key), BODY).await;
     assert_eq!(response.headers()["retry-after"], "1");
@@ -545,10 +537,7 @@ async fn an_unreachable_database_is_503_and_the_api_recovers() {
         "internals leaked: {problem}"
     );
 
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-        .await
-        .unwrap();
+    db.allow_connections().await;
     let recovered = api.post_charge(Some(&key), BODY).await;
     assert_eq!(recovered.status(), StatusCode::CREATED);
     assert_eq!(counts(&db).await, (2, 2, 2));
@@ -566,16 +555,7 @@ async fn replays_of_completed_keys_do_not_need_the_database() {
     assert_eq!(first.status(), StatusCode::CREATED);
     let body = first.text().await.unwrap();
 
-    let name = &db.name;
-    let admin = db.admin_client().await;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {name} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = '{name}' AND application_name = 'charges-api';"
-        ))
-        .await
-        .unwrap();
+    db.refuse_connections(Some("charges-api")).await;
     let replay = api.post_charge(Some(&key), BODY).await;
     assert_eq!(replay.status(), StatusCode::CREATED);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
@@ -584,8 +564,5 @@ async fn replays_of_completed_keys_do_not_need_the_database() {
     expect_problem(changed, StatusCode::UNPROCESSABLE_ENTITY).await;
     let new = api.post_charge(Some(&new_key()), BODY).await;
     expect_problem(new, StatusCode::SERVICE_UNAVAILABLE).await;
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-        .await
-        .unwrap();
+    db.allow_connections().await;
 }

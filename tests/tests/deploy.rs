@@ -1,8 +1,12 @@
 //! deploy/ and asyncapi.yaml parse, and hang together: every file a kustomization
 //! names exists, every manifest is a Kubernetes object, and the probes point at the
-//! ports and paths the binaries serve. (No cluster here: this is what can be checked
-//! without one.)
+//! ports and paths the binaries serve; the manifests validate against the Kubernetes
+//! schemas (kubernetes-validate); every flag and environment variable that the
+//! manifests, deploy/docker-compose.yml and the README's configuration tables name is in
+//! the binary's `--help`. (No cluster or container engine here: this is what can be
+//! checked without one.)
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -123,5 +127,399 @@ fn probes_and_grace_periods_match_the_binaries() {
     assert_eq!(
         relay["spec"]["template"]["spec"]["containers"][0]["args"],
         serde_json::json!(["--metrics-listen", "0.0.0.0:9091"])
+    );
+}
+
+/// Every Kubernetes manifest in deploy/k8s validates against the Kubernetes API
+/// schemas (`kubernetes-validate --strict`, from PyPI; `make deps` installs it, with
+/// its schemas, so this works offline). Unknown fields, wrong types and unknown kinds
+/// fail; kustomization.yaml is kustomize's, not a Kubernetes object, and is skipped.
+#[test]
+fn k8s_manifests_validate_against_the_kubernetes_schemas() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/k8s"))
+        .expect("deploy/k8s")
+        .map(|entry| entry.expect("dir entry").path())
+        .filter(|path| path.extension().and_then(|e| e.to_str()) == Some("yaml"))
+        .filter(|path| path.file_name().and_then(|n| n.to_str()) != Some("kustomization.yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "only {files:?}");
+    // `python3 -m`: found wherever pip put the package, whether or not its console
+    // script is on PATH.
+    let missing = "kubernetes-validate is missing: run `make deps` (scripts/deps.sh \
+                   pip-installs it); this test never passes without it";
+    let output = std::process::Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict"])
+        .args(&files)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): {missing}"));
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!report.contains("No module named"), "{missing}\n{report}");
+    assert!(
+        output.status.success(),
+        "kubernetes-validate failed:\n{report}"
+    );
+    // A warning is a manifest it could not check (an unknown kind or apiVersion).
+    for line in report.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            line.starts_with("INFO ") && line.contains(" passed "),
+            "{line}\n{report}"
+        );
+    }
+    for file in &files {
+        assert!(
+            report.contains(&*file.to_string_lossy()),
+            "{} was not reported:\n{report}",
+            file.display()
+        );
+    }
+}
+
+/// The flags and environment variables a binary's `--help` documents.
+struct Help {
+    text: String,
+    flags: BTreeSet<String>,
+    envs: BTreeSet<String>,
+}
+
+impl Help {
+    /// `--help` of `binary` (its subcommand `args`, if any).
+    fn of(binary: &str, args: &[&str]) -> Help {
+        let output = std::process::Command::new(charges_tests::binary(binary))
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap_or_else(|e| panic!("run {binary} {args:?} --help: {e}"));
+        assert!(output.status.success(), "{binary} {args:?} --help failed");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut flags = BTreeSet::new();
+        let mut envs = BTreeSet::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with('-') {
+                for word in trimmed.split([' ', ',', '=']) {
+                    if word.starts_with("--") {
+                        flags.insert(word.to_owned());
+                    }
+                }
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("[env: ") {
+                rest = &rest[at + "[env: ".len()..];
+                let end = rest.find([']', '=']).unwrap_or(rest.len());
+                envs.insert(rest[..end].to_owned());
+            }
+        }
+        Help { text, flags, envs }
+    }
+
+    /// The help of `binary` and every subcommand in `subcommands`, merged.
+    fn merged(binary: &str, subcommands: &[&[&str]]) -> Help {
+        let mut merged = Help::of(binary, &[]);
+        for args in subcommands {
+            let help = Help::of(binary, args);
+            merged.text.push_str(&help.text);
+            merged.flags.extend(help.flags);
+            merged.envs.extend(help.envs);
+        }
+        merged
+    }
+
+    /// Whether the binary reads `name` from its environment: a clap `env` of a flag,
+    /// or RUST_LOG, which the tracing filter reads and the help mentions.
+    fn reads_env(&self, name: &str) -> bool {
+        self.envs.contains(name) || (name == "RUST_LOG" && self.text.contains("RUST_LOG"))
+    }
+}
+
+/// The help a container's command gets: `charges-api serve|migrate` or `charges-relay`.
+fn help_for_command(command: &[String]) -> Help {
+    let args: Vec<&str> = command[1..]
+        .iter()
+        .map(String::as_str)
+        .take_while(|a| !a.starts_with('-'))
+        .collect();
+    match command[0].as_str() {
+        "charges-api" => {
+            let sub = if args.is_empty() { vec!["serve"] } else { args };
+            Help::of("charges-api", &sub)
+        }
+        "charges-relay" | "charges-consumer" => Help::of(&command[0], &args),
+        other => panic!("unknown binary {other}"),
+    }
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().expect("a string").to_owned())
+        .collect()
+}
+
+/// Every `--flag` in `args`.
+fn flags_in(args: &[String]) -> Vec<String> {
+    args.iter()
+        .filter(|a| a.starts_with("--"))
+        .map(|a| a.split('=').next().unwrap_or(a).to_owned())
+        .collect()
+}
+
+/// Every environment variable and flag the Kubernetes manifests hand a binary is one
+/// that binary documents in `--help` (a typo there is silently ignored at run time):
+/// each container's `env` names and `args`/`command` flags against its own binary,
+/// each key of the shared ConfigMap against the binaries whose containers load it.
+#[test]
+fn k8s_env_names_and_flags_exist_in_the_binaries_help() {
+    let k8s = repo().join("deploy/k8s");
+    let mut config_consumers: std::collections::BTreeMap<String, Vec<Help>> = Default::default();
+    let mut containers = 0;
+    for file in [
+        "api-deployment.yaml",
+        "relay-deployment.yaml",
+        "migrate-job.yaml",
+    ] {
+        for document in documents(&k8s.join(file)) {
+            for container in document["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .expect("containers")
+            {
+                containers += 1;
+                let command = strings(&container["command"]);
+                assert!(!command.is_empty(), "{file}: container without command");
+                let help = help_for_command(&command);
+                let args = strings(&container["args"]);
+                for flag in flags_in(&command).iter().chain(&flags_in(&args)) {
+                    assert!(
+                        help.flags.contains(flag),
+                        "{file}: {:?} has no {flag}",
+                        command
+                    );
+                }
+                for env in container["env"].as_array().into_iter().flatten() {
+                    let name = env["name"].as_str().expect("env name");
+                    assert!(
+                        help.reads_env(name),
+                        "{file}: {command:?} does not read {name}"
+                    );
+                }
+                for source in container["envFrom"].as_array().into_iter().flatten() {
+                    let map = source["configMapRef"]["name"]
+                        .as_str()
+                        .expect("configMapRef");
+                    config_consumers
+                        .entry(map.to_owned())
+                        .or_default()
+                        .push(help_for_command(&command));
+                }
+            }
+        }
+    }
+    assert_eq!(containers, 3);
+    let config = &documents(&k8s.join("configmap.yaml"))[0];
+    let name = config["metadata"]["name"].as_str().expect("ConfigMap name");
+    let consumers = config_consumers.get(name).expect("the ConfigMap is loaded");
+    let keys = config["data"].as_object().expect("ConfigMap data");
+    assert!(keys.len() >= 5);
+    for key in keys.keys() {
+        assert!(
+            consumers.iter().any(|help| help.reads_env(key)),
+            "ConfigMap {name}: no binary that loads it reads {key}"
+        );
+    }
+}
+
+/// deploy/docker-compose.yml (for people with Docker; not runnable here): the
+/// services exist, the application services run the image's binaries, and every
+/// environment variable and flag they get is one the binary documents.
+#[test]
+fn docker_compose_services_and_settings_match_the_binaries() {
+    let compose = &documents(&repo().join("deploy/docker-compose.yml"))[0];
+    let services = compose["services"].as_object().expect("services");
+    for name in ["postgres", "kafka", "migrate", "api", "relay"] {
+        assert!(services.contains_key(name), "no service {name}");
+    }
+    assert!(
+        compose["services"]["postgres"]["image"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("postgres:16")),
+        "postgres:16"
+    );
+    let mut checked = 0;
+    for (name, service) in services {
+        // The image's ENTRYPOINT is charges-api; `entrypoint` replaces it.
+        let Some(image) = service["image"].as_str() else {
+            continue;
+        };
+        if !image.starts_with("charges") {
+            continue;
+        }
+        assert!(
+            service["build"]["dockerfile"].as_str() == Some("deploy/Dockerfile"),
+            "{name}: builds deploy/Dockerfile"
+        );
+        let mut command = strings(&service["entrypoint"]);
+        if command.is_empty() {
+            command.push("charges-api".to_owned());
+        }
+        command.extend(strings(&service["command"]));
+        let help = help_for_command(&command);
+        for flag in flags_in(&command) {
+            assert!(
+                help.flags.contains(&flag),
+                "{name}: {command:?} has no {flag}"
+            );
+        }
+        let env = service["environment"]
+            .as_object()
+            .expect("environment as a mapping");
+        assert!(env.contains_key("DATABASE_URL"), "{name}: DATABASE_URL");
+        for key in env.keys() {
+            assert!(
+                help.reads_env(key),
+                "{name}: {command:?} does not read {key}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} application services");
+    let api = &compose["services"]["api"];
+    assert_eq!(
+        api["depends_on"]["migrate"]["condition"],
+        "service_completed_successfully"
+    );
+    assert_eq!(
+        compose["services"]["migrate"]["command"],
+        serde_json::json!(["migrate"])
+    );
+}
+
+/// The `--flag`s in the first column of the markdown table(s) under the heading that
+/// starts with `heading`, up to the next heading of the same or a higher level.
+fn readme_table_flags(readme: &str, heading: &str) -> Vec<String> {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let mut lines = readme.lines().skip_while(|l| !l.starts_with(heading));
+    assert!(lines.next().is_some(), "README has no {heading:?}");
+    let mut flags = Vec::new();
+    for line in lines {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
+            break;
+        }
+        let Some(first) = line.strip_prefix('|').and_then(|l| l.split('|').next()) else {
+            continue;
+        };
+        flags.extend(flags_in_text(first));
+    }
+    flags
+}
+
+/// Every `--flag` in a piece of README text (words split at back quotes, slashes,
+/// commas and white space; `--flag=value` and `--flag <value>` both give `--flag`).
+fn flags_in_text(text: &str) -> Vec<String> {
+    text.split(|c: char| c == '`' || c == '/' || c == ',' || c.is_whitespace())
+        .filter_map(|word| word.strip_prefix("--"))
+        .filter(|flag| flag.starts_with(|c: char| c.is_ascii_alphabetic()))
+        .map(|flag| {
+            let name: String = flag
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            format!("--{name}")
+        })
+        .collect()
+}
+
+/// The env names in the second column of the same tables.
+fn readme_table_envs(readme: &str, heading: &str) -> Vec<String> {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let mut lines = readme.lines().skip_while(|l| !l.starts_with(heading));
+    lines.next();
+    let mut envs = Vec::new();
+    for line in lines {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
+            break;
+        }
+        let Some(second) = line.strip_prefix('|').and_then(|l| l.split('|').nth(1)) else {
+            continue;
+        };
+        let name = second.trim().trim_matches('`');
+        if !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            envs.push(name.to_owned());
+        }
+    }
+    envs
+}
+
+/// The README's configuration tables cannot drift from the binaries: every `--flag`
+/// and every environment variable they list is in that binary's `--help`.
+#[test]
+fn readme_configuration_tables_match_the_binaries_help() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let relay_subcommands: &[&[&str]] = &[&["dead", "list"], &["dead", "requeue"], &["purge"]];
+    for (heading, help, at_least) in [
+        (
+            "## Configuration (`charges-api --help`)",
+            Help::merged("charges-api", &[&["serve"], &["migrate"]]),
+            10,
+        ),
+        (
+            "### Relay flags added for operations",
+            Help::merged("charges-relay", relay_subcommands),
+            4,
+        ),
+        (
+            "## Writing a consumer",
+            Help::merged("charges-consumer", &[&["tail"]]),
+            8,
+        ),
+    ] {
+        let flags = readme_table_flags(&readme, heading);
+        assert!(flags.len() >= at_least, "{heading}: only {flags:?}");
+        for flag in &flags {
+            assert!(
+                help.flags.contains(flag),
+                "README {heading}: {flag} is not in --help"
+            );
+        }
+        for env in readme_table_envs(&readme, heading) {
+            assert!(
+                help.envs.contains(&env),
+                "README {heading}: {env} is not in --help"
+            );
+        }
+    }
+    // The relay has no table of its own: its "Configuration" list is checked instead.
+    let relay = Help::merged("charges-relay", relay_subcommands);
+    let list: String = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("## The relay"))
+        .skip_while(|l| !l.starts_with("- **Configuration**"))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with("  "))
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut mentioned = 0;
+    for flag in flags_in_text(&list) {
+        mentioned += 1;
+        assert!(
+            relay.flags.contains(&flag),
+            "README, The relay, Configuration: {flag} is not in charges-relay --help"
+        );
+    }
+    assert!(
+        mentioned >= 10,
+        "only {mentioned} relay flags found in the README"
     );
 }

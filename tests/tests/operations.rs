@@ -318,23 +318,11 @@ async fn readyz_is_503_when_the_schema_is_behind_or_the_database_unreachable() {
         .unwrap();
     assert_eq!(get(&api.http, &readyz).await.status(), StatusCode::OK);
 
-    let admin = db.admin_client().await;
-    let name = &db.name;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {name} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = '{name}' AND pid <> pg_backend_pid();"
-        ))
-        .await
-        .unwrap();
+    db.refuse_connections(None).await;
     wait_for_status(&api.http, &readyz, StatusCode::SERVICE_UNAVAILABLE).await;
     assert_not_ready(&api.http, &readyz, "cannot be reached").await;
     assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
-    admin
-        .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
-        .await
-        .unwrap();
+    db.allow_connections().await;
     wait_for_status(&api.http, &readyz, StatusCode::OK).await;
 }
 
@@ -673,5 +661,363 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
         "this build expects",
     )
     .await;
+    drop(relay);
+}
+
+/// Starts a relay on `db` and `kafka` with quick settings and an ephemeral metrics
+/// port; returns the process and its `/metrics` URL.
+async fn start_relay_with_metrics(
+    db: &TestDb,
+    kafka: &TestKafka,
+    extra: &[&str],
+) -> (Process, String) {
+    let mut args = vec![
+        "--database-url",
+        db.url.as_str(),
+        "--kafka-brokers",
+        kafka.bootstrap.as_str(),
+        "--topic",
+        kafka.topic.as_str(),
+        "--poll-interval",
+        "200ms",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--stats-interval",
+        "200ms",
+    ];
+    args.extend_from_slice(extra);
+    let (relay, line) = Process::start("charges-relay", &args, &[], "relay started").await;
+    let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
+    (relay, format!("http://{addr}/metrics"))
+}
+
+const OLDEST_PENDING_AGE: &str = "charges_relay_outbox_oldest_pending_age_seconds";
+
+/// The backlog alert's input: while the broker is down the oldest pending row's age
+/// keeps rising (and the row stays pending); once the broker is back the row is
+/// published and the gauge drops to 0.
+#[tokio::test]
+async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let Some(mock) = kafka.mock() else {
+        eprintln!("skipped: needs the mock cluster's fault injection (KAFKA_BROKERS is set)");
+        return;
+    };
+    mock.broker_down(1).expect("broker down");
+    let (relay, url) = start_relay_with_metrics(
+        &db,
+        &kafka,
+        &[
+            "--publish-timeout",
+            "1s",
+            "--backoff-base",
+            "200ms",
+            "--backoff-max",
+            "1s",
+        ],
+    )
+    .await;
+    let api = TestApi::start(&db, &[]).await;
+    let created = api.post_charge(Some(&new_key()), BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    let http = reqwest::Client::new();
+    let topic = kafka.topic.as_str();
+    // The row is seen as pending, and at least one publish attempt has failed.
+    let text = scrape_until(&http, &url, "a pending row with some age", |text| {
+        sample(text, "charges_relay_outbox_pending_rows", &[]) == 1.0
+            && sample(text, OLDEST_PENDING_AGE, &[]) > 0.0
+            && sample(
+                text,
+                "charges_relay_publish_errors_total",
+                &[("topic", topic)],
+            ) >= 1.0
+    })
+    .await;
+    let first = sample(&text, OLDEST_PENDING_AGE, &[]);
+    // Still down: the age keeps growing (by more than a second, so not noise).
+    let text = scrape_until(&http, &url, "the oldest pending age rising", |text| {
+        sample(text, OLDEST_PENDING_AGE, &[]) >= first + 1.5
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "charges_relay_outbox_pending_rows", &[]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "charges_relay_published_total", &[("topic", topic)]),
+        0.0,
+        "published while the broker is down: {text}"
+    );
+    let rows: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "outbox rows with published_at IS NOT NULL");
+
+    mock.broker_up(1).expect("broker up");
+    let text = scrape_until(
+        &http,
+        &url,
+        "the backlog drained after the broker returned",
+        |text| {
+            sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
+                && sample(text, "charges_relay_outbox_pending_rows", &[]) == 0.0
+                && sample(text, OLDEST_PENDING_AGE, &[]) == 0.0
+        },
+    )
+    .await;
+    assert_eq!(
+        sample(&text, "charges_relay_outbox_dead_rows", &[]),
+        0.0,
+        "{text}"
+    );
+    let rows: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "outbox rows with published_at IS NULL");
+    drop(relay);
+}
+
+/// The metric names an alert expression refers to: identifiers starting with
+/// `charges_` that end where PromQL puts a selector, a range, a closing parenthesis,
+/// white space or the end of the expression.
+fn expr_metric_names(expr: &str) -> Vec<String> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_ident(chars[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && is_ident(chars[i]) {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        let preceded_ok = start == 0 || !matches!(chars[start - 1], '"' | '\'' | '$' | '.');
+        let followed_ok =
+            i == chars.len() || chars[i].is_whitespace() || matches!(chars[i], '{' | '[' | ')');
+        if word.starts_with("charges_") && preceded_ok && followed_ok {
+            names.push(word);
+        }
+    }
+    names
+}
+
+/// Every series name a `/metrics` page exposes, plus each histogram's family name
+/// with its `_bucket`, `_sum` and `_count` series.
+fn exported_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split_whitespace();
+            if let (Some(name), Some("histogram" | "summary")) = (words.next(), words.next()) {
+                for suffix in ["", "_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_owned());
+        }
+    }
+    names
+}
+
+/// A Prometheus duration: one or more `<number><unit>` with unit ms, s, m, h, d, w, y.
+fn is_prometheus_duration(text: &str) -> bool {
+    let mut rest = text;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
+            .into_iter()
+            .find(|unit| rest.starts_with(unit));
+        match unit {
+            Some(unit) => rest = &rest[unit.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[test]
+fn the_alert_expression_tokenizer_finds_metric_names() {
+    assert_eq!(
+        expr_metric_names(
+            "sum(rate(charges_a_total{x=\"charges_not_a_metric\"}[5m])) / max(charges_b) > 0\n\
+             and time() - charges_c > 1 or charges_d[1m] summary: \"$charges_e\""
+        ),
+        ["charges_a_total", "charges_b", "charges_c", "charges_d"]
+    );
+    assert!(is_prometheus_duration("5m"));
+    assert!(is_prometheus_duration("1h30m"));
+    assert!(is_prometheus_duration("250ms"));
+    assert!(!is_prometheus_duration("5 minutes"));
+    assert!(!is_prometheus_duration("m5"));
+    assert!(!is_prometheus_duration(""));
+}
+
+/// deploy/prometheus/alerts.yaml is a valid Prometheus rule file, and every metric an
+/// alert expression names is really exported by the binaries: the API and a relay run
+/// with traffic (so counters and histograms exist) and their `/metrics` are scraped.
+#[tokio::test]
+async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/alerts.yaml");
+    let text = std::fs::read_to_string(&path).expect("read deploy/prometheus/alerts.yaml");
+    let rules: Value = serde_norway::from_str(&text).expect("alerts.yaml is YAML");
+    let top: Vec<&String> = rules.as_object().expect("a mapping").keys().collect();
+    assert_eq!(top, ["groups"], "a rule file has only `groups`");
+    let groups = rules["groups"].as_array().expect("groups is a list");
+    assert!(!groups.is_empty());
+
+    let mut group_names = std::collections::BTreeSet::new();
+    let mut alert_names = std::collections::BTreeSet::new();
+    let mut referenced = Vec::new();
+    for group in groups {
+        let name = group["name"].as_str().expect("every group has a name");
+        assert!(group_names.insert(name), "duplicate group {name}");
+        for key in group.as_object().expect("group mapping").keys() {
+            assert!(
+                ["name", "interval", "limit", "rules"].contains(&key.as_str()),
+                "group {name}: unknown field {key}"
+            );
+        }
+        let rules = group["rules"].as_array().expect("rules is a list");
+        assert!(!rules.is_empty(), "group {name} has no rules");
+        for rule in rules {
+            let alert = rule["alert"]
+                .as_str()
+                .unwrap_or_else(|| panic!("group {name}: a rule without `alert`: {rule}"));
+            assert!(alert_names.insert(alert), "duplicate alert {alert}");
+            assert!(
+                alert.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{alert}: not a valid alert name"
+            );
+            for key in rule.as_object().expect("rule mapping").keys() {
+                assert!(
+                    [
+                        "alert",
+                        "expr",
+                        "for",
+                        "keep_firing_for",
+                        "labels",
+                        "annotations"
+                    ]
+                    .contains(&key.as_str()),
+                    "{alert}: unknown field {key}"
+                );
+            }
+            let expr = rule["expr"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{alert}: no expr"));
+            assert!(!expr.trim().is_empty(), "{alert}: empty expr");
+            assert_eq!(
+                expr.matches('(').count(),
+                expr.matches(')').count(),
+                "{alert}: unbalanced parentheses"
+            );
+            if !rule["for"].is_null() {
+                let duration = rule["for"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{alert}: for"));
+                assert!(
+                    is_prometheus_duration(duration),
+                    "{alert}: for {duration:?}"
+                );
+            }
+            let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
+            assert!(
+                ["page", "warn"].contains(&severity),
+                "{alert}: labels.severity must be page or warn, got {severity:?}"
+            );
+            for annotation in ["summary", "description"] {
+                let value = rule["annotations"][annotation].as_str().unwrap_or_default();
+                assert!(
+                    !value.trim().is_empty(),
+                    "{alert}: no annotations.{annotation}"
+                );
+            }
+            for metric in expr_metric_names(expr) {
+                referenced.push((alert.to_owned(), metric));
+            }
+        }
+    }
+    assert!(referenced.len() >= 10, "only {referenced:?}");
+
+    // The real binaries, with enough traffic that every family is registered.
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let api = TestApi::start(&db, &[]).await;
+    let key = new_key();
+    for body in [BODY, BODY, r#"{"amountCents":1}"#] {
+        api.post_charge(Some(&key), body).await;
+    }
+    api.post_charge(Some("not-a-uuid"), BODY).await;
+    let (relay, relay_url) = start_relay_with_metrics(
+        &db,
+        &kafka,
+        &[
+            "--reconcile-interval",
+            "200ms",
+            "--cleanup-interval",
+            "200ms",
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let topic = kafka.topic.as_str();
+    let relay_text = scrape_until(
+        &http,
+        &relay_url,
+        "the charge published and reconciled",
+        |text| {
+            sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
+                && sample(
+                    text,
+                    "charges_reconcile_last_success_timestamp_seconds",
+                    &[],
+                ) > 0.0
+                && text.contains("charges_relay_outbox_oldest_pending_age_seconds ")
+        },
+    )
+    .await;
+    let api_text = scrape(&api.http, &api.url("/metrics")).await;
+    let exported: std::collections::BTreeSet<String> = exported_names(&api_text)
+        .into_iter()
+        .chain(exported_names(&relay_text))
+        .collect();
+    let missing: Vec<String> = referenced
+        .iter()
+        .filter(|(_, metric)| !exported.contains(metric))
+        .map(|(alert, metric)| format!("{alert}: {metric}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "alert rules name metrics no binary exports: {missing:?}\nexported: {exported:?}"
+    );
     drop(relay);
 }
