@@ -4,7 +4,8 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
 use charges_store::{
-    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoredResponse, Transaction,
+    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoreError, StoredResponse,
+    Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -79,18 +80,29 @@ impl IdempotentOperation for CreateRefundOperation {
             currency: charge.currency,
             created_at: now,
         };
-        let refunded_cents = ChargeStore::add_refunded(tx, charge_id, amount_cents).await?;
-        RefundStore::insert(tx, &refund).await?;
+        // The row lock makes the new total known in advance, so the three writes go out
+        // together in one round trip; the total the database computed is checked.
+        let refunded_cents = charge.refunded_cents + amount_cents;
         let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents);
-        OutboxStore::insert(
-            tx,
-            event.event_id,
-            charge_id,
-            EventType::ChargeRefunded,
-            &to_json_value(&event)?,
-            now,
-        )
-        .await?;
+        let payload = to_json_value(&event)?;
+        let (stored_total, (), ()) = futures::try_join!(
+            ChargeStore::add_refunded(tx, charge_id, amount_cents),
+            RefundStore::insert(tx, &refund),
+            OutboxStore::insert(
+                tx,
+                event.event_id,
+                charge_id,
+                EventType::ChargeRefunded,
+                &payload,
+                now,
+            ),
+        )?;
+        if stored_total != refunded_cents {
+            return Err(StoreError::Corrupt(format!(
+                "refunded total {stored_total} under the row lock, expected {refunded_cents}"
+            ))
+            .into());
+        }
         Ok(StoredResponse {
             status: 201,
             headers: vec![(header::LOCATION.to_string(), refund.location())],
