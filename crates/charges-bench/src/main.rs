@@ -31,6 +31,12 @@ struct Cli {
 enum Command {
     /// Print the pgbench script of one `POST /charges` transaction.
     PgbenchScript,
+    /// Print the pgbench script of the relay's database work for one batch: the
+    /// claim and the mark, the relay's own statements, with no Kafka in between.
+    PgbenchRelayScript {
+        #[arg(long, default_value_t = 500)]
+        batch_size: u32,
+    },
     /// Publish every outbox payload of a database with the relay's producer settings,
     /// as fast as the producer allows, and print `events=<n> seconds=<s>`.
     Produce {
@@ -51,6 +57,10 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::PgbenchScript => pgbench_script().map(|script| print!("{script}")),
+        Command::PgbenchRelayScript { batch_size } => {
+            print!("{}", pgbench_relay_script(batch_size));
+            Ok(())
+        }
         Command::Produce {
             database_url,
             kafka_brokers,
@@ -112,6 +122,23 @@ fn pgbench_script() -> Result<String, String> {
     );
     script += "COMMIT;\n";
     Ok(script)
+}
+
+fn pgbench_relay_script(batch_size: u32) -> String {
+    // pgbench passes one value from a statement to the next only through `\gset`, so
+    // the claimed ids travel as one array, as the relay sends them.
+    let claim = bind(
+        charges_store::outbox::CLAIM_PENDING,
+        &[&batch_size.to_string()],
+    );
+    let claim = claim.trim_end().trim_end_matches(';');
+    let mark = bind(
+        charges_store::outbox::MARK_PUBLISHED_MANY,
+        &["(:ids)::uuid[]"],
+    );
+    format!(
+        "BEGIN;\nSELECT coalesce(array_agg(id), '{{}}') AS ids FROM ({claim}) claimed \\gset\n{mark}COMMIT;\n"
+    )
 }
 
 async fn produce(

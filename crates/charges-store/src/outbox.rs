@@ -56,7 +56,7 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 
 /// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
 /// Matches `outbox_pending_idx` (predicate and order).
-const CLAIM_PENDING: &str = "
+pub const CLAIM_PENDING: &str = "
 SELECT id, aggregate_id, event_type, payload::text, created_at, attempts
 FROM outbox
 WHERE published_at IS NULL
@@ -67,7 +67,7 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED";
 
 /// `OutboxMarkPublishedMany`: one statement per batch, only for acknowledged ids.
-const MARK_PUBLISHED_MANY: &str = "
+pub const MARK_PUBLISHED_MANY: &str = "
 UPDATE outbox
 SET published_at = clock_timestamp(),
     next_attempt_at = clock_timestamp()
