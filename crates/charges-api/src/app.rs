@@ -85,7 +85,10 @@ pub async fn serve(
     }
     let state = web::Data::new(AppState {
         pool,
-        idempotency: IdempotencyStore::new(args.idempotency_ttl),
+        idempotency: IdempotencyStore::with_replay_cache(
+            args.idempotency_ttl,
+            args.replay_cache_entries,
+        ),
         max_body_bytes: args.max_body_bytes,
         body_timeout: args.client_request_timeout,
         metrics,

@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// How long a completed Idempotency-Key is remembered; after that the same key is a new request.
     #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
     pub idempotency_ttl: Duration,
+    /// Completed keys remembered in this process, so that replays skip the database
+    /// (each entry dies no later than its row's expiry; 0 turns the cache off).
+    #[arg(long, env = "REPLAY_CACHE_ENTRIES", default_value_t = charges_store::idempotency_keys::DEFAULT_REPLAY_CACHE_ENTRIES)]
+    pub replay_cache_entries: usize,
     /// Apply pending migrations before serving (convenient locally; production runs `migrate` as a Job).
     #[arg(long, env = "MIGRATE", default_value_t = false)]
     pub migrate: bool,
