@@ -523,3 +523,93 @@ fn readme_configuration_tables_match_the_binaries_help() {
         "only {mentioned} relay flags found in the README"
     );
 }
+
+/// The image cannot be built here (no container engine), so its recipe is checked:
+/// a builder and a slim runtime stage, the builder installs what scripts/deps.sh
+/// installs for librdkafka, every binary is built and copied, the runtime runs as a
+/// non-root user, and it carries every shared library the binaries really link.
+#[test]
+fn the_dockerfile_builds_every_binary_into_a_slim_non_root_image() {
+    let text =
+        std::fs::read_to_string(repo().join("deploy/Dockerfile")).expect("deploy/Dockerfile");
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let stages: Vec<&str> = code.split("FROM ").skip(1).collect();
+    assert_eq!(stages.len(), 2, "a builder and a runtime stage");
+    let (builder, runtime) = (stages[0], stages[1]);
+    assert!(
+        builder.contains(" AS builder"),
+        "first stage is the builder"
+    );
+    assert!(
+        runtime.starts_with("debian:") && runtime.contains("-slim"),
+        "slim runtime"
+    );
+    let deps = std::fs::read_to_string(repo().join("scripts/deps.sh")).expect("deps.sh");
+    for package in ["cmake", "libcurl4-openssl-dev"] {
+        assert!(
+            deps.contains(package) && builder.contains(package),
+            "{package} in both"
+        );
+    }
+    for binary in ["charges-api", "charges-relay", "charges-consumer"] {
+        assert!(
+            builder.contains(&format!("--bin {binary}")),
+            "builds {binary}"
+        );
+        assert!(
+            builder.contains(&format!("target/release/{binary}")),
+            "copies {binary}"
+        );
+    }
+    assert!(builder.contains("--locked"), "the lock file is honoured");
+    let user = runtime
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line in the runtime stage");
+    let uid = user.split(':').next().unwrap_or_default();
+    assert!(
+        uid.parse::<u32>().is_ok_and(|uid| uid != 0),
+        "non-root numeric user, got {user}"
+    );
+
+    // Every library the binaries link, beyond glibc's own, must come from a runtime package.
+    let provided = [("libz.so.1", "zlib1g")];
+    for binary in ["charges-api", "charges-relay", "charges-consumer"] {
+        let path = charges_tests::binary(binary);
+        let ldd = std::process::Command::new("ldd")
+            .arg(&path)
+            .output()
+            .expect("run ldd");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let library = line.split_whitespace().next().unwrap_or_default();
+            let glibc = [
+                "linux-vdso",
+                "libc.so",
+                "libm.so",
+                "libgcc_s",
+                "ld-linux",
+                "libpthread",
+                "libdl",
+                "librt",
+            ]
+            .iter()
+            .any(|base| library.contains(base));
+            if glibc || library.is_empty() {
+                continue;
+            }
+            let package = provided
+                .iter()
+                .find(|(lib, _)| *lib == library)
+                .map(|(_, package)| *package)
+                .unwrap_or_else(|| panic!("{binary} links {library}: map it to a Debian package here and in the Dockerfile"));
+            assert!(
+                runtime.contains(package),
+                "runtime stage lacks {package} for {library}"
+            );
+        }
+    }
+}
