@@ -7,9 +7,11 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
+-- The last 64 new keys, filled contiguously so that #recent never counts a hole.
 local recent = {}
+local created = 0
 local n = 0
-local by_status = {}
+by_status = {}  -- global: done() reads it from every thread with thread:get
 
 local function uuid4()
   return (("xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx"):gsub("[xy]", function(c)
@@ -30,7 +32,8 @@ function request()
   local key, amount
   if slot < 16 or #recent == 0 then
     key, amount = uuid4(), 4900
-    recent[(n % 64) + 1] = key
+    recent[(created % 64) + 1] = key
+    created = created + 1
   elseif slot < 19 then
     key, amount = recent[math.random(1, #recent)], 4900
   else
