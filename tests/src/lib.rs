@@ -93,6 +93,11 @@ impl TestDb {
         &self.client
     }
 
+    /// Another session on the test database, for interleavings that need two.
+    pub async fn session(&self) -> tokio_postgres::Client {
+        connect(&self.url).await
+    }
+
     /// A connection to the server's own database, for acts a test cannot do from
     /// inside its database (refusing connections to it, for example).
     pub async fn admin_client(&self) -> tokio_postgres::Client {

@@ -82,3 +82,96 @@ async fn one_key_on_two_endpoints_is_two_operations() {
     assert_eq!(conflict, IdempotentOutcome::PayloadConflict);
     assert_eq!(db.count("idempotency_keys").await, 2);
 }
+
+/// READ COMMITTED takes the reservation statement's snapshot before its advisory lock is
+/// granted, so a winner that commits in between is seen by `ON CONFLICT` but not by the
+/// statement's own read of the row (found by `make soak` as a rare 503). The request must
+/// still get the winner's stored response.
+///
+/// The interleaving is forced, not hoped for: in this test's database only,
+/// `pg_try_advisory_xact_lock` resolves first to a wrapper that waits on a lock the test
+/// holds, so the reservation statement is parked after its snapshot and before its lock.
+#[tokio::test]
+async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
+    let db = TestDb::new().await;
+    let barrier: i64 = 7_700_417;
+    db.client()
+        .batch_execute(&format!(
+            "CREATE FUNCTION public.pg_try_advisory_xact_lock(bigint) RETURNS boolean
+               LANGUAGE plpgsql AS $$
+             BEGIN
+                 PERFORM pg_catalog.pg_advisory_lock_shared({barrier});
+                 PERFORM pg_catalog.pg_advisory_unlock_shared({barrier});
+                 RETURN pg_catalog.pg_try_advisory_xact_lock($1);
+             END $$;
+             ALTER DATABASE {} SET search_path = public, pg_catalog;",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
+    let key = IdempotencyKey::parse(uuid::Uuid::new_v4().to_string().as_bytes()).unwrap();
+    let operation = Echo("won");
+
+    // The winner's row, written but not yet committed.
+    let holder = db.session().await;
+    holder
+        .query_one("SELECT pg_advisory_lock($1)", &[&barrier])
+        .await
+        .unwrap();
+    let winner = db.session().await;
+    winner.batch_execute("BEGIN").await.unwrap();
+    winner
+        .execute(
+            "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                           response_status, response_headers, response_body,
+                                           expires_at)
+             VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'won',
+                     now() + interval '1 hour')",
+            &[&key.to_string(), &operation.fingerprint().as_str()],
+        )
+        .await
+        .unwrap();
+
+    let request = {
+        let key = key.clone();
+        tokio::spawn(async move { store.run(&pool, &key, "/charges", &operation).await })
+    };
+    // Parked on the barrier: its snapshot is taken and does not hold the winner's row.
+    let mut waited = 0;
+    while db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM pg_locks
+              WHERE locktype = 'advisory' AND NOT granted AND objid = $1::bigint::oid",
+            &[&barrier],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        waited += 1;
+        assert!(waited < 500, "the reservation never reached the barrier");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    winner.batch_execute("COMMIT").await.unwrap();
+    holder
+        .query_one("SELECT pg_advisory_unlock($1)", &[&barrier])
+        .await
+        .unwrap();
+
+    let outcome = request.await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        IdempotentOutcome::Replayed(StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: "won".into(),
+        })
+    );
+    assert_eq!(db.count("idempotency_keys").await, 1);
+}

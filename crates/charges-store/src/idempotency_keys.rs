@@ -220,24 +220,29 @@ impl IdempotencyStore {
     ) -> Result<Reservation, StoreError> {
         let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         let statement = tx.prepare_cached(RESERVE).await?;
-        let row = tx
-            .query_one(
-                &statement,
-                &[&key, &endpoint, &fingerprint.as_str(), &ttl_ms],
-            )
-            .await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&key, &endpoint, &fingerprint.as_str(), &ttl_ms];
+        let mut row = tx.query_one(&statement, &params).await?;
         if !row.try_get::<_, bool>("acquired")? {
             return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+        }
+        // Reserved neither by us nor visible to us: READ COMMITTED took the statement's
+        // snapshot before the lock was granted, and the previous holder committed the row
+        // in between, so `ON CONFLICT` saw it and the join did not (found by `make soak`).
+        // We hold the lock now, so a second statement's snapshot sees the row as it is.
+        if !row.try_get::<_, bool>("reserved")?
+            && row.try_get::<_, Option<String>>("request_hash")?.is_none()
+        {
+            row = tx.query_one(&statement, &params).await?;
         }
         if row.try_get::<_, bool>("reserved")? {
             return Ok(Reservation::Reserved {
                 now: row.try_get("now")?,
             });
         }
-        // Not reserved, yet no row in this statement's snapshot: the conflicting row was
-        // an expired key that retention deleted meanwhile (found by `make soak`). The
-        // next attempt will find the key free; until then it is busy, not broken.
         let Some(stored_hash) = row.try_get::<_, Option<String>>("request_hash")? else {
+            // Only a concurrent purge of an expired row could do this now; the next
+            // attempt finds the key free, so it is busy, not broken.
             return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
         };
         if stored_hash != fingerprint.as_str() {
