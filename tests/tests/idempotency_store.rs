@@ -136,10 +136,7 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         .await
         .unwrap();
 
-    let request = {
-        let key = key.clone();
-        tokio::spawn(async move { store.run(&pool, &key, "/charges", &operation).await })
-    };
+    let request = tokio::spawn(async move { store.run(&pool, &key, "/charges", &operation).await });
     // Parked on the barrier: its snapshot is taken and does not hold the winner's row.
     let mut waited = 0;
     while db
