@@ -7,6 +7,11 @@ need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 # librdkafka 2.12 (rdkafka's cmake-build) includes curl headers even when unused.
 [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
+# OpenSSL for TLS to Kafka (rdkafka's ssl feature) and to Postgres (postgres-openssl).
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# The chaos and TLS tests start Postgres servers of their own and issue certificates.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)

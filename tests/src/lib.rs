@@ -5,6 +5,7 @@
 //! drops its own). The binaries are the ones `cargo build --bins` put next to this test
 //! executable (`make test` builds them first).
 
+pub mod cluster;
 pub mod kafka;
 
 use std::path::PathBuf;
@@ -60,7 +61,12 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> TestDb {
-        let admin_url = server_url();
+        Self::new_on(&server_url()).await
+    }
+
+    /// The same, on another server (a [`cluster::TestCluster`], for example).
+    pub async fn new_on(admin_url: &str) -> TestDb {
+        let admin_url = admin_url.to_owned();
         let name = format!("charges_test_{}", Uuid::new_v4().simple());
         connect(&admin_url)
             .await
@@ -86,6 +92,15 @@ impl TestDb {
             admin_url,
             client,
         }
+    }
+
+    /// Replaces the test's own session, after a server restart ended it.
+    pub async fn reconnect(&mut self) {
+        self.client = connect(&self.url).await;
+        self.client
+            .batch_execute("SET application_name = 'charges-tests'")
+            .await
+            .expect("name the test's session");
     }
 
     /// A plain connection for assertions and fault injection.

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
 use charges_tests::{Process, TestDb, binary, log_field};
 use reqwest::StatusCode;
@@ -733,4 +734,173 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     ] {
         assert!(!output.contains("permission denied"), "{name}:\n{output}");
     }
+}
+
+/// Per `application_name`: (sessions, sessions over TLS).
+async fn tls_sessions(db: &TestDb, application_name: &str) -> (i64, i64) {
+    let row = db
+        .client()
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE s.ssl)
+               FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+              WHERE a.datname = current_database() AND a.application_name = $1",
+            &[&application_name],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// TLS to Postgres, against a server of the test's own whose certificate (for
+/// 127.0.0.1) a CA of the test's own issued. `sslmode=require` encrypts every session of
+/// the API and the relay, LISTEN included, and verifies the server: trusting another CA
+/// fails start-up with a verification error. Without `sslmode`, plain text, as the
+/// README says.
+#[tokio::test]
+async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
+    let cluster = TestCluster::start_with_tls().await;
+    let db = TestDb::new_on(&cluster.url).await;
+    let tls_url = format!("{}?sslmode=require", db.url);
+    let ca_file = cluster.tls().ca_file.to_str().unwrap().to_owned();
+    let other_ca_file = cluster.tls().other_ca_file.to_str().unwrap().to_owned();
+
+    let (ok, output) = run(
+        "charges-api",
+        &["migrate"],
+        &[
+            ("DATABASE_URL", &tls_url),
+            ("DATABASE_CA_FILE", &other_ca_file),
+        ],
+    );
+    assert!(!ok, "a server the CA did not sign was trusted: {output}");
+    assert!(
+        output.contains("certificate verify failed"),
+        "not a verification failure: {output}"
+    );
+
+    let api = Api::start(&[("DATABASE_URL", &tls_url), ("DATABASE_CA_FILE", &ca_file)]).await;
+    let created = api.post("/charges", None, &new_key(), BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let kafka = TestKafka::new(1).await;
+    let (_relay, _) = Process::start(
+        "charges-relay",
+        &[
+            "--kafka-brokers",
+            kafka.bootstrap.as_str(),
+            "--topic",
+            kafka.topic.as_str(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "1h",
+        ],
+        &[("DATABASE_URL", &tls_url), ("DATABASE_CA_FILE", &ca_file)],
+        "relay started",
+    )
+    .await;
+    // Published with polling off: the LISTEN session woke the relay (or its start-up
+    // pass found the row), and the relay's pool marked it.
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 1 FROM outbox WHERE published_at IS NOT NULL",
+        "the charge published",
+    )
+    .await;
+    for application in ["charges-api", "charges-relay", "charges-relay-listener"] {
+        let (sessions, encrypted) = tls_sessions(&db, application).await;
+        assert!(sessions > 0, "no {application} session");
+        assert_eq!(encrypted, sessions, "{application} sessions in plain text");
+    }
+
+    let plain = Api::start(&[("DATABASE_URL", &db.url), ("DATABASE_CA_FILE", &ca_file)]).await;
+    drop(api);
+    assert_eq!(
+        plain
+            .post("/charges", None, &new_key(), BODY)
+            .await
+            .status(),
+        StatusCode::CREATED
+    );
+    // The killed API's sessions end by themselves; the new one's must all be plain.
+    wait_for_sql(
+        &db,
+        "SELECT count(*) > 0 AND count(*) FILTER (WHERE s.ssl) = 0
+           FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+          WHERE a.datname = current_database() AND a.application_name = 'charges-api'",
+        "the plain-text API's sessions, and only those",
+    )
+    .await;
+    drop(cluster);
+}
+
+/// TLS and SASL to Kafka are reachable through `--kafka-config`: this build of
+/// librdkafka accepts `SASL_SSL` with SCRAM (a build without OpenSSL refuses it at
+/// start-up), and it really speaks TLS: against the mock cluster, which listens in plain
+/// text, nothing is ever published, nothing is marked, and the row records why.
+#[tokio::test]
+async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    if kafka.mock().is_none() {
+        eprintln!("KAFKA_BROKERS is set: this test needs the plain-text mock cluster");
+        return;
+    }
+    let api = Api::start(&[("DATABASE_URL", &db.url)]).await;
+    assert_eq!(
+        api.post("/charges", None, &new_key(), BODY).await.status(),
+        StatusCode::CREATED
+    );
+    let (relay, _) = Process::start(
+        "charges-relay",
+        &[
+            "--kafka-brokers",
+            kafka.bootstrap.as_str(),
+            "--topic",
+            kafka.topic.as_str(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "200ms",
+            "--publish-timeout",
+            "1s",
+            "--kafka-config",
+            "security.protocol=SASL_SSL",
+            "--kafka-config",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "--kafka-config",
+            "sasl.username=relay",
+            "--kafka-config",
+            "sasl.password=kafka-secret-5e1f",
+        ],
+        &[("DATABASE_URL", &db.url)],
+        "relay started",
+    )
+    .await;
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 1 FROM outbox
+          WHERE published_at IS NULL AND attempts >= 2 AND last_error IS NOT NULL",
+        "two failed attempts recorded",
+    )
+    .await;
+    let mut reader = kafka.reader();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reader.drain();
+    assert_eq!(reader.messages.len(), 0, "published in plain text");
+    let last_error: String = db
+        .client()
+        .query_one("SELECT last_error FROM outbox", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(last_error.contains("timed out"), "{last_error}");
+    assert!(
+        relay.output_text().contains("SSL handshake failed"),
+        "the relay never attempted TLS:\n{}",
+        relay.output_text()
+    );
+    assert!(
+        !relay.output_text().contains("kafka-secret-5e1f"),
+        "the SASL password reached the logs"
+    );
 }

@@ -45,6 +45,11 @@ pub struct DatabaseArgs {
         global = true
     )]
     pub database_url: String,
+    /// PEM file of the certificate authorities the database server must chain to when the
+    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
+    /// server's certificate and host name are always verified; prefer and disable are plain text.
+    #[arg(long, env = "DATABASE_CA_FILE", global = true)]
+    pub database_ca_file: Option<std::path::PathBuf>,
     /// Maximum connections in the pool; one request holds one connection for its transaction.
     #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16, global = true)]
     pub db_pool_size: usize,
@@ -160,6 +165,7 @@ impl DatabaseArgs {
             acquire_timeout: self.db_acquire_timeout,
             statement_timeout: self.db_statement_timeout,
             application_name: "charges-api".to_owned(),
+            tls: charges_store::DatabaseTls::new(self.database_ca_file.clone()),
         }
     }
 }

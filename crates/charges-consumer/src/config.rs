@@ -63,6 +63,11 @@ pub struct RunArgs {
         hide_env_values = true
     )]
     pub database_url: String,
+    /// PEM file of the certificate authorities the consumer's database server must chain to when the
+    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
+    /// server's certificate and host name are always verified; prefer and disable are plain text.
+    #[arg(long, env = "DATABASE_CA_FILE")]
+    pub database_ca_file: Option<std::path::PathBuf>,
 
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]

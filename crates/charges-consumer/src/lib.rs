@@ -230,6 +230,7 @@ pub async fn run(args: RunArgs) -> Result<(), ConsumerError> {
         &PoolSettings {
             max_size: 2,
             application_name: "charges-consumer".to_owned(),
+            tls: charges_store::DatabaseTls::new(args.database_ca_file.clone()),
             ..PoolSettings::default()
         },
     )

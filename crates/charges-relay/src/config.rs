@@ -49,6 +49,17 @@ pub struct DatabaseArgs {
         hide_env_values = true
     )]
     pub database_url: String,
+    /// PEM file of the certificate authorities the database server must chain to when the
+    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
+    /// server's certificate and host name are always verified; prefer and disable are plain text.
+    #[arg(long, env = "DATABASE_CA_FILE")]
+    pub database_ca_file: Option<std::path::PathBuf>,
+}
+
+impl DatabaseArgs {
+    pub fn tls(&self) -> charges_store::DatabaseTls {
+        charges_store::DatabaseTls::new(self.database_ca_file.clone())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -145,6 +145,7 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: settings.transaction_timeout(),
             application_name: "charges-relay".to_owned(),
+            tls: args.database.tls(),
         },
     )
     .await?;
@@ -169,6 +170,7 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     let wake = Arc::new(Notify::new());
     let listener = listener::start(
         &args.database.database_url,
+        &args.database.tls(),
         wake.clone(),
         shutdown_rx.clone(),
     )
@@ -259,6 +261,7 @@ pub async fn purge(args: PurgeArgs) -> Result<(), RelayError> {
         &PoolSettings {
             max_size: 1,
             application_name: "charges-relay-purge".to_owned(),
+            tls: args.database.tls(),
             ..PoolSettings::default()
         },
     )
@@ -282,6 +285,7 @@ pub async fn dead(args: DeadArgs) -> Result<(), RelayError> {
         &PoolSettings {
             max_size: 1,
             application_name: "charges-relay-dead".to_owned(),
+            tls: args.database.tls(),
             ..PoolSettings::default()
         },
     )

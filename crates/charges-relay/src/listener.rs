@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charges_store::OutboxStore;
+use charges_store::{DatabaseTls, OutboxStore};
 use futures::StreamExt;
+use postgres_openssl::MakeTlsConnector;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tokio_postgres::AsyncMessage;
+use tokio_postgres::{AsyncMessage, Connection};
 
 use crate::RelayError;
 
@@ -24,21 +26,19 @@ struct Session {
 /// stored if the relay is busy, so a notification is never lost while it works).
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: Option<&MakeTlsConnector>,
     wake: &Arc<Notify>,
 ) -> Result<Session, RelayError> {
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
-    let notify = wake.clone();
-    let connection = tokio::spawn(async move {
-        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-        while let Some(message) = messages.next().await {
-            match message? {
-                AsyncMessage::Notification(_) => notify.notify_one(),
-                AsyncMessage::Notice(notice) => tracing::debug!(%notice, "listener notice"),
-                _ => {}
-            }
+    let (client, connection) = match tls {
+        Some(tls) => {
+            let (client, connection) = config.connect(tls.clone()).await?;
+            (client, forward_notifications(connection, wake.clone()))
         }
-        Ok(())
-    });
+        None => {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+            (client, forward_notifications(connection, wake.clone()))
+        }
+    };
     OutboxStore::listen(&client).await?;
     // Rows committed while nobody listened got no wake-up of their own.
     wake.notify_one();
@@ -48,11 +48,34 @@ async fn listen(
     })
 }
 
+/// Drives the connection; ends when it does.
+fn forward_notifications<S, T>(
+    mut connection: Connection<S, T>,
+    wake: Arc<Notify>,
+) -> JoinHandle<Result<(), tokio_postgres::Error>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message? {
+                AsyncMessage::Notification(_) => wake.notify_one(),
+                AsyncMessage::Notice(notice) => tracing::debug!(%notice, "listener notice"),
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
 /// LISTENs once (failing start-up if it cannot), then keeps the session alive in the
 /// background: when the connection drops it reconnects with exponential backoff. The
 /// relay keeps polling meanwhile, so a lost listener only costs latency.
 pub async fn start(
     database_url: &str,
+    tls: &DatabaseTls,
     wake: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, RelayError> {
@@ -60,7 +83,12 @@ pub async fn start(
         database_url.parse().map_err(RelayError::DatabaseUrl)?;
     config.application_name("charges-relay-listener");
     config.connect_timeout(Duration::from_secs(5));
-    let mut session = listen(&config, &wake).await?;
+    let tls = if DatabaseTls::required_by(&config) {
+        Some(tls.connector()?)
+    } else {
+        None
+    };
+    let mut session = listen(&config, tls.as_ref(), &wake).await?;
     Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -80,7 +108,7 @@ pub async fn start(
                     () = tokio::time::sleep(delay) => {}
                     _ = shutdown.changed() => return,
                 }
-                match listen(&config, &wake).await {
+                match listen(&config, tls.as_ref(), &wake).await {
                     Ok(session) => {
                         tracing::info!("listener reconnected");
                         break session;

@@ -10,6 +10,10 @@ pub enum StoreError {
     Migration(#[from] refinery::Error),
     #[error("stored data could not be decoded: {0}")]
     Corrupt(String),
+    #[error("TLS to the database could not be set up")]
+    Tls(#[from] openssl::error::ErrorStack),
+    #[error("the database CA file {0} could not be loaded")]
+    TlsCaFile(std::path::PathBuf, #[source] openssl::error::ErrorStack),
 }
 
 /// SQLSTATE classes and codes that mean "try again later", not "this request is wrong".
@@ -35,7 +39,10 @@ impl StoreError {
                     || e.code().is_some_and(|c| c.code().starts_with("08"))
                     || (e.code().is_none() && e.as_db_error().is_none())
             }
-            StoreError::Migration(_) | StoreError::Corrupt(_) => false,
+            StoreError::Migration(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Tls(_)
+            | StoreError::TlsCaFile(..) => false,
         }
     }
 }

@@ -11,6 +11,7 @@ mod pool;
 pub mod refunds;
 mod replay_cache;
 pub mod secrets;
+mod tls;
 
 pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};
@@ -21,4 +22,5 @@ pub use idempotency_keys::{
 pub use outbox::{DeadEvent, OutboxStats, OutboxStore, PendingEvent, PublishFailure};
 pub use pool::{PoolSettings, connect};
 pub use refunds::RefundStore;
+pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;

@@ -4,6 +4,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
 use crate::StoreError;
+use crate::tls::DatabaseTls;
 
 /// How the pool talks to Postgres. Every bound here exists so that a request can never
 /// hang on the database longer than the client is willing to wait.
@@ -16,6 +17,8 @@ pub struct PoolSettings {
     pub statement_timeout: Duration,
     /// Shown in `pg_stat_activity`.
     pub application_name: String,
+    /// Used when the URL says `sslmode=require` (see [`DatabaseTls`]).
+    pub tls: DatabaseTls,
 }
 
 impl Default for PoolSettings {
@@ -25,6 +28,7 @@ impl Default for PoolSettings {
             acquire_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             application_name: "charges".to_owned(),
+            tls: DatabaseTls::default(),
         }
     }
 }
@@ -48,13 +52,14 @@ fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError
         // key and outbox claims) longer than a slow statement could.
         (settings.statement_timeout * 2).as_millis(),
     ));
-    let manager = Manager::from_config(
-        pg,
-        NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
+    let manager_config = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = if DatabaseTls::required_by(&pg) {
+        Manager::from_config(pg, settings.tls.connector()?, manager_config)
+    } else {
+        Manager::from_config(pg, NoTls, manager_config)
+    };
     Pool::builder(manager)
         .max_size(settings.max_size)
         .wait_timeout(Some(settings.acquire_timeout))

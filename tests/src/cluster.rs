@@ -1,0 +1,241 @@
+//! A Postgres server of the test's own: `initdb` into a temporary folder, started on a
+//! free loopback port. For faults the shared server must not take (a restart, a crash)
+//! and for settings it does not have (TLS with a certificate the test issued).
+//!
+//! Uses the server binaries of the installed Postgres (`PG_BINDIR`, else the newest
+//! `/usr/lib/postgresql/*/bin`) and the `openssl` command line for certificates. As root
+//! (CI here), the server runs as the `postgres` user, since Postgres refuses root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use uuid::Uuid;
+
+pub struct TestCluster {
+    dir: PathBuf,
+    data: PathBuf,
+    bindir: PathBuf,
+    port: u16,
+    run_as: Option<&'static str>,
+    tls: Option<TlsFiles>,
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`
+    pub url: String,
+}
+
+/// What the test's certificate authority issued.
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate (for `--database-ca-file`).
+    pub ca_file: PathBuf,
+    /// A CA that signed nothing here: verification against it must fail.
+    pub other_ca_file: PathBuf,
+}
+
+fn bindir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PG_BINDIR") {
+        return PathBuf::from(dir);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("no /usr/lib/postgresql: set PG_BINDIR to the folder holding initdb and pg_ctl")
+        .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    found.sort_by_key(|bin| {
+        bin.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    found
+        .pop()
+        .expect("no initdb under /usr/lib/postgresql/*/bin")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn run(command: &mut Command) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl TestCluster {
+    /// A plain-text server.
+    pub async fn start() -> TestCluster {
+        Self::create(false).await
+    }
+
+    /// A server that also accepts TLS, with a certificate for `127.0.0.1` and `localhost`
+    /// issued by a CA of this test's own.
+    pub async fn start_with_tls() -> TestCluster {
+        Self::create(true).await
+    }
+
+    async fn create(tls: bool) -> TestCluster {
+        let dir = std::env::temp_dir().join(format!("charges-pg-{}", Uuid::new_v4().simple()));
+        let data = dir.join("data");
+        std::fs::create_dir_all(&dir).expect("cluster folder");
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+            .unwrap_or(false);
+        let run_as = root.then_some("postgres");
+        let mut cluster = TestCluster {
+            url: String::new(),
+            bindir: bindir(),
+            port: free_port(),
+            data,
+            run_as,
+            tls: None,
+            dir,
+        };
+        if tls {
+            cluster.tls = Some(cluster.issue_certificates());
+        }
+        if let Some(user) = run_as {
+            run(Command::new("chown").args(["-R", user]).arg(&cluster.dir));
+        }
+        let initdb = cluster.bindir.join("initdb");
+        run(cluster
+            .as_server_user(&initdb)
+            .args([
+                "--auth=trust",
+                "--username=postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(&cluster.data));
+        cluster.url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
+        cluster.start_server().await;
+        cluster
+    }
+
+    /// The CA's files, when started with TLS.
+    pub fn tls(&self) -> &TlsFiles {
+        self.tls.as_ref().expect("started without TLS")
+    }
+
+    fn as_server_user(&self, program: &Path) -> Command {
+        match self.run_as {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(program);
+                command
+            }
+            None => Command::new(program),
+        }
+    }
+
+    fn issue_certificates(&self) -> TlsFiles {
+        let path = |name: &str| self.dir.join(name);
+        let ca = |name: &str| {
+            run(Command::new("openssl")
+                .args(["req", "-x509", "-nodes", "-days", "2", "-newkey", "ec"])
+                .args(["-pkeyopt", "ec_paramgen_curve:prime256v1"])
+                .args(["-subj", &format!("/CN=charges-tests {name}")])
+                .arg("-keyout")
+                .arg(path(&format!("{name}.key")))
+                .arg("-out")
+                .arg(path(&format!("{name}.crt"))));
+        };
+        ca("ca");
+        ca("other-ca");
+        run(Command::new("openssl")
+            .args(["req", "-nodes", "-newkey", "ec"])
+            .args(["-pkeyopt", "ec_paramgen_curve:prime256v1"])
+            .args(["-subj", "/CN=localhost"])
+            .arg("-keyout")
+            .arg(path("server.key"))
+            .arg("-out")
+            .arg(path("server.csr")));
+        std::fs::write(
+            path("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("extensions file");
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
+            .arg("-in")
+            .arg(path("server.csr"))
+            .arg("-CA")
+            .arg(path("ca.crt"))
+            .arg("-CAkey")
+            .arg(path("ca.key"))
+            .arg("-extfile")
+            .arg(path("server.ext"))
+            .arg("-out")
+            .arg(path("server.crt")));
+        // Postgres refuses a key others can read.
+        run(Command::new("chmod").arg("600").arg(path("server.key")));
+        TlsFiles {
+            ca_file: path("ca.crt"),
+            other_ca_file: path("other-ca.crt"),
+        }
+    }
+
+    /// Starts the server (again) and waits until it accepts connections.
+    pub async fn start_server(&self) {
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} \
+             -c fsync=off -c max_connections=100",
+            self.port,
+            self.dir.display()
+        );
+        if self.tls.is_some() {
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                self.dir.join("server.crt").display(),
+                self.dir.join("server.key").display()
+            ));
+        }
+        run(self
+            .as_server_user(&self.bindir.join("pg_ctl"))
+            .arg("start")
+            .arg("-w")
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .arg("-o")
+            .arg(options));
+    }
+
+    /// Stops the server the way a crash would (`pg_ctl stop -m immediate`: every backend
+    /// is killed, no checkpoint, recovery at the next start).
+    pub fn crash(&self) {
+        run(self
+            .as_server_user(&self.bindir.join("pg_ctl"))
+            .args(["stop", "-m", "immediate", "-w", "-D"])
+            .arg(&self.data));
+    }
+
+    /// The server's own log, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let _ = self
+            .as_server_user(&self.bindir.join("pg_ctl"))
+            .args(["stop", "-m", "immediate", "-D"])
+            .arg(&self.data)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
