@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
 use charges_tests::{Process, TestApi, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1051,6 +1052,105 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
         api_recovery.as_millis()
     );
     // The same relay must publish what piled up: no new relay is started.
+    check_invariants(scenario, &faults, &db, &kafka, &ledger, true).await;
+    assert!(still_running(&mut relay), "the relay died");
+}
+
+/// Scenario 4 literally: the Postgres server itself crashes under load
+/// (`pg_ctl stop -m immediate`: every backend killed, recovery at the next start) and is
+/// started again. A server of the test's own, so the shared one is never touched.
+#[tokio::test]
+async fn postgres_crash_and_restart_under_load_is_503_and_both_binaries_recover() {
+    let scenario = "postgres restart";
+    let acquire_timeout = Duration::from_secs(1);
+    let answer_bound = acquire_timeout * 2 + Duration::from_secs(2);
+    let cluster = TestCluster::start().await;
+    let mut db = TestDb::new_on(&cluster.url).await;
+    let kafka = TestKafka::new(2).await;
+    let mut api = TestApi::start(&db, &["--db-acquire-timeout", "1s", "--db-pool-size", "8"]).await;
+    let mut relay = start_relay(&db, &kafka, &[]).await;
+    let ledger = Arc::new(Ledger::default());
+    let http = http_client(16);
+    let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
+    let load = start_load(
+        &http,
+        &base,
+        &ledger,
+        6,
+        5_000,
+        Duration::from_millis(20),
+        false,
+    );
+    pause(Duration::from_millis(800)).await;
+
+    ledger.db_outage.store(true, Ordering::SeqCst);
+    let outage_started = Instant::now();
+    cluster.crash();
+    let mut probes = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        let key = new_key();
+        let sent = Instant::now();
+        match tokio::time::timeout(
+            answer_bound,
+            post_charge(&http, &api.base_url, &key, &charge_body(7)),
+        )
+        .await
+        {
+            Err(_) => ledger.violation(format!("no answer within {answer_bound:?}")),
+            Ok(Err(e)) => ledger.violation(format!("connection error while Postgres is down: {e}")),
+            Ok(Ok(answer)) => {
+                slowest = slowest.max(sent.elapsed());
+                ledger.record(Some(&key), &answer);
+                if answer.status != 503 || !answer.body.contains("/problems/service-unavailable") {
+                    ledger.violation(format!(
+                        "while Postgres is down: {} {}",
+                        answer.status, answer.body
+                    ));
+                }
+            }
+        }
+        probes.push(key);
+        pause(Duration::from_millis(300)).await;
+    }
+    let ready = http
+        .get(format!("{}/readyz", api.base_url))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(
+        ready.status().as_u16(),
+        503,
+        "/readyz while Postgres is down"
+    );
+    let outage = outage_started.elapsed();
+
+    cluster.start_server().await;
+    let restarted_at = Instant::now();
+    db.reconnect().await;
+    for key in &probes {
+        submit(&http, &base, key, &charge_body(7), &ledger).await;
+    }
+    let api_recovery = restarted_at.elapsed();
+    pause(answer_bound).await;
+    ledger.db_outage.store(false, Ordering::SeqCst);
+    pause(Duration::from_secs(1)).await;
+    let keys = load.finish().await;
+    let outage_503s = ledger.count(503);
+    assert!(outage_503s > 0, "the crash was never seen by a client");
+    assert!(still_running(&mut api.process), "the API died");
+    assert!(still_running(&mut relay), "the relay died");
+
+    let faults = format!(
+        "Postgres crashed (immediate stop) and restarted after {:.1} s under load \
+         ({} keys from 6 clients); {outage_503s} answers 503, slowest {} ms (bound {} ms); \
+         API answered 201 again {} ms after the restart",
+        outage.as_secs_f64(),
+        keys.len() + probes.len(),
+        slowest.as_millis(),
+        answer_bound.as_millis(),
+        api_recovery.as_millis()
+    );
     check_invariants(scenario, &faults, &db, &kafka, &ledger, true).await;
     assert!(still_running(&mut relay), "the relay died");
 }

@@ -830,7 +830,6 @@ async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
         "the plain-text API's sessions, and only those",
     )
     .await;
-    drop(cluster);
 }
 
 /// TLS and SASL to Kafka are reachable through `--kafka-config`: this build of
