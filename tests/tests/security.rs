@@ -551,17 +551,20 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         .batch_execute(&roles.sql("roles.sql"))
         .await
         .unwrap();
+    // The Kubernetes Job's command: migrate, then grants.sql (embedded) for the roles.
     let (ok, output) = run(
         "charges-api",
-        &["migrate"],
+        &[
+            "migrate",
+            "--grant-api-role",
+            &roles.api,
+            "--grant-relay-role",
+            &roles.relay,
+        ],
         &[("DATABASE_URL", &roles.url(&roles.migrator))],
     );
-    assert!(ok, "migrate as the migrator: {output}");
-    connect_as(&roles.url(&roles.migrator))
-        .await
-        .batch_execute(&roles.sql("grants.sql"))
-        .await
-        .unwrap();
+    assert!(ok, "migrate and grant as the migrator: {output}");
+    assert!(output.contains("grants applied"), "{output}");
 
     let api_url = roles.url(&roles.api);
     let relay_url = roles.url(&roles.relay);

@@ -31,7 +31,18 @@ pub enum Command {
     /// Serve HTTP (the default when no subcommand is given).
     Serve(ServeArgs),
     /// Apply pending database migrations and exit (what the Kubernetes Job runs).
-    Migrate,
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// After migrating, grant the API's database role exactly what it needs
+    /// (deploy/sql/grants.sql, embedded). Needs --grant-relay-role too; run as the schema owner.
+    #[arg(long, env = "GRANT_API_ROLE", requires = "grant_relay_role")]
+    pub grant_api_role: Option<String>,
+    /// After migrating, grant the relay's database role exactly what it needs. Needs --grant-api-role too.
+    #[arg(long, env = "GRANT_RELAY_ROLE", requires = "grant_api_role")]
+    pub grant_relay_role: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -181,7 +192,7 @@ pub fn main() -> ExitCode {
     let mut secrets = charges_store::secrets::database_password(&cli.database.database_url);
     let key_text = match &command {
         Command::Serve(args) => args.api_keys_text(),
-        Command::Migrate => Ok(None),
+        Command::Migrate(_) => Ok(None),
     };
     if let Ok(Some(text)) = &key_text {
         secrets.extend(auth::secret_candidates(text));
@@ -210,9 +221,18 @@ pub fn main() -> ExitCode {
 async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::Result<()> {
     let settings = cli.database.pool_settings();
     match command {
-        Command::Migrate => {
+        Command::Migrate(args) => {
+            let roles = match (&args.grant_api_role, &args.grant_relay_role) {
+                (Some(api), Some(relay)) => {
+                    Some(charges_store::migrations::GrantRoles::new(api, relay)?)
+                }
+                _ => None,
+            };
             let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
             charges_store::migrations::run(&pool).await?;
+            if let Some(roles) = roles {
+                charges_store::migrations::grant(&pool, &roles).await?;
+            }
             Ok(())
         }
         Command::Serve(args) => {

@@ -10,6 +10,8 @@ pub enum StoreError {
     Migration(#[from] refinery::Error),
     #[error("stored data could not be decoded: {0}")]
     Corrupt(String),
+    #[error("{0:?} is not a plain lower-case role name")]
+    InvalidRole(String),
     #[error("TLS to the database could not be set up")]
     Tls(#[from] openssl::error::ErrorStack),
     #[error("the database CA file {0} could not be loaded")]
@@ -41,6 +43,7 @@ impl StoreError {
             }
             StoreError::Migration(_)
             | StoreError::Corrupt(_)
+            | StoreError::InvalidRole(_)
             | StoreError::Tls(_)
             | StoreError::TlsCaFile(..) => false,
         }

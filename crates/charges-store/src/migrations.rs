@@ -86,3 +86,79 @@ pub async fn current_version(pool: &Pool) -> Result<Option<i32>, StoreError> {
         .await?
         .get::<_, Option<i32>>(0))
 }
+
+/// deploy/sql/grants.sql, embedded: what the API's and the relay's roles may do.
+const GRANTS: &str = include_str!("../../../deploy/sql/grants.sql");
+
+/// The database roles [`grant`] gives the least privileges to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRoles {
+    pub api: String,
+    pub relay: String,
+}
+
+impl GrantRoles {
+    /// Role names go into SQL text (GRANT takes no parameters), so only plain
+    /// lower-case identifiers are accepted.
+    pub fn new(api: &str, relay: &str) -> Result<GrantRoles, StoreError> {
+        for role in [api, relay] {
+            let plain = role
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                && role.len() <= 63
+                && role
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !plain {
+                return Err(StoreError::InvalidRole(role.to_owned()));
+            }
+        }
+        Ok(GrantRoles {
+            api: api.to_owned(),
+            relay: relay.to_owned(),
+        })
+    }
+
+    /// grants.sql with its role names replaced by these.
+    pub fn sql(&self) -> String {
+        GRANTS
+            .replace("charges_api", &self.api)
+            .replace("charges_relay", &self.relay)
+    }
+}
+
+/// Runs grants.sql in one transaction, as the schema's owner, right after the
+/// migrations: a migration that adds a table cannot leave the binaries without the
+/// rights to use it (grants.sql is where it adds them).
+pub async fn grant(pool: &Pool, roles: &GrantRoles) -> Result<(), StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.batch_execute(&roles.sql()).await?;
+    tx.commit().await?;
+    tracing::info!(api = %roles.api, relay = %roles.relay, "grants applied");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_names_are_plain_identifiers_only() {
+        assert!(GrantRoles::new("charges_api", "charges_relay_2").is_ok());
+        for bad in [
+            "",
+            "Api",
+            "1api",
+            "api;drop table charges",
+            "a\"b",
+            "api role",
+        ] {
+            assert!(GrantRoles::new(bad, "charges_relay").is_err(), "{bad:?}");
+        }
+        let sql = GrantRoles::new("x_api", "x_relay").unwrap().sql();
+        assert!(sql.contains("TO x_api;") && sql.contains("TO x_relay;"));
+        assert!(!sql.contains("charges_api") && !sql.contains("charges_relay"));
+    }
+}
