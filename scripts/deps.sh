@@ -36,6 +36,15 @@ if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
 fi
 
+# Fuzzes the live API against openapi.yaml (tests/tests/schemathesis.rs). Pinned: the test
+# uses this version's flags, check names and configuration keys; another version is replaced.
+schemathesis_version=4.32.5
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('schemathesis') != '$schemathesis_version')" >/dev/null 2>&1; then
+  echo "deps: installing schemathesis $schemathesis_version"
+  python3 -m pip install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version" \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "schemathesis==$schemathesis_version"
+fi
+
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   echo "deps: starting Postgres"
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start

@@ -294,3 +294,45 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         assert!(seen.contains(&status), "the script never produced {status}");
     }
 }
+
+/// `CreateCharge.currency` lists exactly the codes the server accepts (the ISO 4217 table
+/// of the `iso_currency` crate it validates with), so a client generated from the file
+/// offers every code and nothing that is refused; any letter case of one is accepted.
+#[test]
+fn the_currency_enum_is_exactly_what_the_server_accepts() {
+    let spec = spec();
+    let listed: BTreeSet<String> = spec
+        .pointer("/components/schemas/CreateCharge/properties/currency/enum")
+        .and_then(Value::as_array)
+        .expect("the currency enum")
+        .iter()
+        .map(|v| v.as_str().expect("a currency code").to_owned())
+        .collect();
+    let letters = b'A'..=b'Z';
+    let mut accepted = BTreeSet::new();
+    for a in letters.clone() {
+        for b in letters.clone() {
+            for c in letters.clone() {
+                let code = String::from_utf8(vec![a, b, c]).expect("ASCII");
+                if charges_domain::CreateCharge::new(1, Some(&code)).is_ok() {
+                    accepted.insert(code);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        listed.difference(&accepted).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "listed in openapi.yaml but refused by the server"
+    );
+    assert_eq!(
+        accepted.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "accepted by the server but missing from openapi.yaml"
+    );
+    for code in &listed {
+        let lower = code.to_ascii_lowercase();
+        let created = charges_domain::CreateCharge::new(1, Some(&lower)).expect("lower case");
+        assert_eq!(created.currency(), code);
+    }
+}
