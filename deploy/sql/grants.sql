@@ -1,6 +1,8 @@
 -- What charges_api and charges_relay may do, derived statement by statement from the
 -- SQL in crates/charges-store (the named consts) and crates/charges-relay. Run as
--- charges_migrator (the owner) after every migration; see roles.sql.
+-- charges_migrator (the owner) after every migration: `charges-api migrate
+-- --grant-api-role charges_api --grant-relay-role charges_relay` does both (this file is
+-- embedded in the binary); see roles.sql.
 --
 -- PostgreSQL rules that shape these grants:
 --   * SELECT … FOR UPDATE needs UPDATE on at least one column of the table;

@@ -7,7 +7,8 @@
 --
 -- Run this file once, as a superuser (or a role with CREATEROLE), connected to the
 -- charges database: roles are cluster-wide, the schema statements act on the current
--- database. Then, after EVERY migration, run grants.sql as charges_migrator (GRANT is
+-- database. Then, after EVERY migration, run grants.sql as charges_migrator (`charges-api
+-- migrate --grant-api-role charges_api --grant-relay-role charges_relay` does; GRANT is
 -- idempotent; a migration that adds a table must add its grants there).
 --
 -- Passwords are not set here: set them from your secret store,
