@@ -332,6 +332,26 @@ pub fn log_field(line: &str, field: &str) -> Option<String> {
     Some(rest[..end].trim_matches('"').to_owned())
 }
 
+/// `charges-relay` on `kafka`'s brokers and topic, its metrics on a free port (tests run
+/// relays side by side), plus `args` (later flags win) and `envs`. Returns the process
+/// and its "relay started" line (which names `metrics_addr`).
+pub async fn start_relay(
+    kafka: &kafka::TestKafka,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (Process, String) {
+    let mut all = vec![
+        "--kafka-brokers",
+        kafka.bootstrap.as_str(),
+        "--topic",
+        kafka.topic.as_str(),
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    all.extend_from_slice(args);
+    Process::start("charges-relay", &all, envs, "relay started").await
+}
+
 /// `charges-api` serving on a free loopback port against `db`.
 pub struct TestApi {
     pub base_url: String,

@@ -406,10 +406,6 @@ async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process 
     let mut args = vec![
         "--database-url",
         db.url.as_str(),
-        "--kafka-brokers",
-        kafka.bootstrap.as_str(),
-        "--topic",
-        kafka.topic.as_str(),
         "--poll-interval",
         "200ms",
         "--publish-timeout",
@@ -418,13 +414,9 @@ async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process 
         "200ms",
         "--backoff-max",
         "1s",
-        "--metrics-listen",
-        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    Process::start("charges-relay", &args, &[], "relay started")
-        .await
-        .0
+    charges_tests::start_relay(kafka, &args, &[]).await.0
 }
 
 /// SIGKILL, then wait for the process to be gone.
@@ -900,6 +892,46 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
 // 4. Database outage (fast: part of make test).
 // ---------------------------------------------------------------------------------
 
+/// While the database is unavailable: `count` new keys, 300 ms apart, each of which must
+/// be answered within `answer_bound` with a 503 problem, never a hang. Returns the keys
+/// (for the client to retry afterwards) and the slowest answer.
+async fn probe_outage(
+    http: &reqwest::Client,
+    base_url: &str,
+    ledger: &Ledger,
+    count: usize,
+    answer_bound: Duration,
+) -> (Vec<String>, Duration) {
+    let mut probes = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..count {
+        let key = new_key();
+        let sent = Instant::now();
+        match tokio::time::timeout(
+            answer_bound,
+            post_charge(http, base_url, &key, &charge_body(7)),
+        )
+        .await
+        {
+            Err(_) => ledger.violation(format!("no answer within {answer_bound:?}")),
+            Ok(Err(e)) => ledger.violation(format!("connection error during the outage: {e}")),
+            Ok(Ok(answer)) => {
+                slowest = slowest.max(sent.elapsed());
+                ledger.record(Some(&key), &answer);
+                if answer.status != 503 || !answer.body.contains("/problems/service-unavailable") {
+                    ledger.violation(format!(
+                        "during the outage: {} {}",
+                        answer.status, answer.body
+                    ));
+                }
+            }
+        }
+        probes.push(key);
+        pause(Duration::from_millis(300)).await;
+    }
+    (probes, slowest)
+}
+
 #[tokio::test]
 async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_recover() {
     let scenario = "database outage";
@@ -968,34 +1000,7 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
     }
     assert_eq!(sessions_left, 0, "sessions survived the outage");
 
-    // While it lasts every answer is a quick 503 problem, never a hang.
-    let mut probes = Vec::new();
-    let mut slowest = Duration::ZERO;
-    for _ in 0..6 {
-        let key = new_key();
-        let sent = Instant::now();
-        match tokio::time::timeout(
-            answer_bound,
-            post_charge(&http, &api.base_url, &key, &charge_body(7)),
-        )
-        .await
-        {
-            Err(_) => ledger.violation(format!("no answer within {answer_bound:?}")),
-            Ok(Err(e)) => ledger.violation(format!("connection error during the outage: {e}")),
-            Ok(Ok(answer)) => {
-                slowest = slowest.max(sent.elapsed());
-                ledger.record(Some(&key), &answer);
-                if answer.status != 503 || !answer.body.contains("/problems/service-unavailable") {
-                    ledger.violation(format!(
-                        "during the outage: {} {}",
-                        answer.status, answer.body
-                    ));
-                }
-            }
-        }
-        probes.push(key);
-        pause(Duration::from_millis(300)).await;
-    }
+    let (probes, slowest) = probe_outage(&http, &api.base_url, &ledger, 6, answer_bound).await;
     let ready = http
         .get(format!("{}/readyz", api.base_url))
         .send()
@@ -1086,33 +1091,7 @@ async fn postgres_crash_and_restart_under_load_is_503_and_both_binaries_recover(
     ledger.db_outage.store(true, Ordering::SeqCst);
     let outage_started = Instant::now();
     cluster.crash();
-    let mut probes = Vec::new();
-    let mut slowest = Duration::ZERO;
-    for _ in 0..5 {
-        let key = new_key();
-        let sent = Instant::now();
-        match tokio::time::timeout(
-            answer_bound,
-            post_charge(&http, &api.base_url, &key, &charge_body(7)),
-        )
-        .await
-        {
-            Err(_) => ledger.violation(format!("no answer within {answer_bound:?}")),
-            Ok(Err(e)) => ledger.violation(format!("connection error while Postgres is down: {e}")),
-            Ok(Ok(answer)) => {
-                slowest = slowest.max(sent.elapsed());
-                ledger.record(Some(&key), &answer);
-                if answer.status != 503 || !answer.body.contains("/problems/service-unavailable") {
-                    ledger.violation(format!(
-                        "while Postgres is down: {} {}",
-                        answer.status, answer.body
-                    ));
-                }
-            }
-        }
-        probes.push(key);
-        pause(Duration::from_millis(300)).await;
-    }
+    let (probes, slowest) = probe_outage(&http, &api.base_url, &ledger, 5, answer_bound).await;
     let ready = http
         .get(format!("{}/readyz", api.base_url))
         .send()

@@ -559,19 +559,13 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     insert_key(&db, "STARTED", 3600.0, 3600.0).await;
     insert_key(&db, "COMPLETED", -1.0, 90_000.0).await;
 
-    let (relay, line) = Process::start(
-        "charges-relay",
+    let (relay, line) = charges_tests::start_relay(
+        &kafka,
         &[
             "--database-url",
             &db.url,
-            "--kafka-brokers",
-            &kafka.bootstrap,
-            "--topic",
-            &kafka.topic,
             "--poll-interval",
             "200ms",
-            "--metrics-listen",
-            "127.0.0.1:0",
             "--stats-interval",
             "200ms",
             "--reconcile-interval",
@@ -580,7 +574,6 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
             "200ms",
         ],
         &[],
-        "relay started",
     )
     .await;
     let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
@@ -674,19 +667,13 @@ async fn start_relay_with_metrics(
     let mut args = vec![
         "--database-url",
         db.url.as_str(),
-        "--kafka-brokers",
-        kafka.bootstrap.as_str(),
-        "--topic",
-        kafka.topic.as_str(),
         "--poll-interval",
         "200ms",
-        "--metrics-listen",
-        "127.0.0.1:0",
         "--stats-interval",
         "200ms",
     ];
     args.extend_from_slice(extra);
-    let (relay, line) = Process::start("charges-relay", &args, &[], "relay started").await;
+    let (relay, line) = charges_tests::start_relay(kafka, &args, &[]).await;
     let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
     (relay, format!("http://{addr}/metrics"))
 }

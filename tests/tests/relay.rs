@@ -18,10 +18,6 @@ async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process 
     let mut args = vec![
         "--database-url",
         db.url.as_str(),
-        "--kafka-brokers",
-        kafka.bootstrap.as_str(),
-        "--topic",
-        kafka.topic.as_str(),
         "--poll-interval",
         "200ms",
         "--publish-timeout",
@@ -30,14 +26,9 @@ async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process 
         "200ms",
         "--backoff-max",
         "1s",
-        // Tests run relays side by side: no fixed port.
-        "--metrics-listen",
-        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    Process::start("charges-relay", &args, &[], "relay started")
-        .await
-        .0
+    charges_tests::start_relay(kafka, &args, &[]).await.0
 }
 
 /// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries

@@ -570,15 +570,9 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     let relay_url = roles.url(&roles.relay);
     let api = Api::start(&[("DATABASE_URL", &api_url)]).await;
     let kafka = TestKafka::new(1).await;
-    let (relay, line) = Process::start(
-        "charges-relay",
+    let (relay, line) = charges_tests::start_relay(
+        &kafka,
         &[
-            "--kafka-brokers",
-            kafka.bootstrap.as_str(),
-            "--topic",
-            kafka.topic.as_str(),
-            "--metrics-listen",
-            "127.0.0.1:0",
             "--poll-interval",
             "200ms",
             "--stats-interval",
@@ -590,7 +584,6 @@ async fn api_and_relay_work_with_least_privilege_roles() {
             "1h",
         ],
         &[("DATABASE_URL", &relay_url)],
-        "relay started",
     )
     .await;
     let relay_ops = format!("http://{}", log_field(&line, "metrics_addr").unwrap());
@@ -785,20 +778,10 @@ async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
     let created = api.post("/charges", None, &new_key(), BODY).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let kafka = TestKafka::new(1).await;
-    let (_relay, _) = Process::start(
-        "charges-relay",
-        &[
-            "--kafka-brokers",
-            kafka.bootstrap.as_str(),
-            "--topic",
-            kafka.topic.as_str(),
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--poll-interval",
-            "1h",
-        ],
+    let (_relay, _) = charges_tests::start_relay(
+        &kafka,
+        &["--poll-interval", "1h"],
         &[("DATABASE_URL", &tls_url), ("DATABASE_CA_FILE", &ca_file)],
-        "relay started",
     )
     .await;
     // Published with polling off: the LISTEN session woke the relay (or its start-up
@@ -852,15 +835,9 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         api.post("/charges", None, &new_key(), BODY).await.status(),
         StatusCode::CREATED
     );
-    let (relay, _) = Process::start(
-        "charges-relay",
+    let (relay, _) = charges_tests::start_relay(
+        &kafka,
         &[
-            "--kafka-brokers",
-            kafka.bootstrap.as_str(),
-            "--topic",
-            kafka.topic.as_str(),
-            "--metrics-listen",
-            "127.0.0.1:0",
             "--poll-interval",
             "200ms",
             "--publish-timeout",
@@ -875,7 +852,6 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
             "sasl.password=kafka-secret-5e1f",
         ],
         &[("DATABASE_URL", &db.url)],
-        "relay started",
     )
     .await;
     wait_for_sql(
