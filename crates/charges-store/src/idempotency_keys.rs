@@ -323,14 +323,20 @@ const PURGE_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
 /// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
 /// matched, whatever their age: they are alerted on and inspected by hand. A row a
 /// request is overwriting right now is locked by it and skipped.
-const DELETE_EXPIRED: &str = "
+///
+/// The batch is deleted by `ctid` (a TID scan of exactly those rows, safe because the
+/// same statement holds their row locks). Joined on `(key, endpoint)` instead, the
+/// planner may hash-join the batch against every expired row: `make soak` caught that
+/// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
+/// table grew without bound.
+pub const DELETE_EXPIRED: &str = "
 DELETE FROM idempotency_keys
- WHERE (key, endpoint) IN (
-        SELECT key, endpoint FROM idempotency_keys
+ WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM idempotency_keys
          WHERE status = 'COMPLETED' AND expires_at <= now()
          ORDER BY expires_at
          LIMIT $1
-           FOR UPDATE SKIP LOCKED)
+           FOR UPDATE SKIP LOCKED))
    AND status = 'COMPLETED'
    AND expires_at <= now()";
 

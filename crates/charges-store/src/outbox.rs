@@ -92,15 +92,17 @@ const CLEANUP_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
 
 /// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds.
 /// Pending and dead rows have `published_at IS NULL` and are never matched.
-const DELETE_PUBLISHED: &str = "
+/// By `ctid`, like `IdempotencyKeyDeleteExpired`: exactly the locked batch, whatever
+/// the planner thinks of the table's size.
+pub const DELETE_PUBLISHED: &str = "
 DELETE FROM outbox
-WHERE id IN (
-    SELECT id FROM outbox
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM outbox
     WHERE published_at < now() - $1::float8 * interval '1 second'
     ORDER BY published_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-)";
+))";
 
 /// `OutboxListDead`
 const LIST_DEAD: &str = "
