@@ -413,6 +413,90 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
     }
 }
 
+/// 4b. One relay with `--concurrency 3` keeps three batches in flight at once (three
+///     open claim transactions while a slow broker holds the acks), on disjoint rows:
+///     every row is published, none twice.
+#[tokio::test]
+async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
+    const ROWS: usize = 60;
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(2).await;
+    let Some(mock) = kafka.mock() else {
+        eprintln!("skipped: needs the mock cluster to slow the broker down");
+        return;
+    };
+    mock.broker_round_trip_time(-1, Duration::from_millis(400))
+        .expect("broker round-trip time");
+    let relay = start_relay(
+        &db,
+        &kafka,
+        &[
+            "--concurrency",
+            "3",
+            "--batch-size",
+            "5",
+            "--publish-timeout",
+            "10s",
+        ],
+    )
+    .await;
+    let ids = insert_pending(&db, ROWS as i32, 0).await;
+
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 3 FROM pg_stat_activity
+         WHERE datname = current_database()
+           AND application_name = 'charges-relay'
+           AND state = 'idle in transaction'",
+        &[],
+        "three claim transactions of one relay open at once",
+    )
+    .await;
+    let locked: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM outbox WHERE published_at IS NULL
+             AND id NOT IN (SELECT id FROM outbox FOR UPDATE SKIP LOCKED)",
+            &[],
+        )
+        .await
+        .expect("count claimed rows")
+        .get(0);
+    assert!(
+        locked > 5,
+        "more than one batch is claimed at once, got {locked} locked rows"
+    );
+    wait_for_sql(
+        &db,
+        "SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL",
+        &[],
+        "every row published",
+    )
+    .await;
+
+    let mut reader = kafka.reader();
+    reader
+        .read_until(DEADLINE, "every event", |m| m.len() >= ROWS)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reader.drain();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for message in &reader.messages {
+        *seen
+            .entry(message.header("id").expect("header id").to_owned())
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
+    assert_eq!(seen.into_keys().collect::<BTreeSet<_>>(), expected);
+    assert!(
+        !relay.output_text().contains("ERROR"),
+        "{}",
+        relay.output_text()
+    );
+}
+
 /// 5. A row that cannot be published (bigger than `message.max.bytes`) goes dead after
 ///    --max-attempts while its batch neighbours are published; `dead list` shows it and
 ///    `dead requeue` makes it pending again.

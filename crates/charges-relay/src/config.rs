@@ -111,6 +111,12 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_BATCH_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
+    /// Batches in flight at once in this process, each in its own transaction on its
+    /// own connection: while one waits for the broker's acknowledgements, the next is
+    /// claimed and marked. Rows are disjoint (`SKIP LOCKED`), as between replicas.
+    #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub concurrency: u32,
+
     /// How often to look for rows when no notification arrives (fallback for lost
     /// notifications, retries that became due, and a dropped LISTEN connection).
     #[arg(long, env = "RELAY_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]

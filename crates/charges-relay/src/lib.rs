@@ -10,7 +10,9 @@
 //! last error, next attempt with jittered exponential backoff, dead after
 //! `--max-attempts`), and commits. A full batch is followed by the next claim at once;
 //! otherwise the relay sleeps until a `NOTIFY outbox_pending` (sent by an insert
-//! trigger on commit) or `--poll-interval`, whichever comes first.
+//! trigger on commit) or `--poll-interval`, whichever comes first. `--concurrency`
+//! such loops run at once, so that one claims and marks while another waits for
+//! acknowledgements; `SKIP LOCKED` keeps their batches disjoint.
 //!
 //! # Design note: the claim is a row lock, not a state
 //!
@@ -140,8 +142,8 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     let pool = charges_store::connect(
         &args.database.database_url,
         &PoolSettings {
-            // The batch, retention, reconciliation and /readyz (LISTEN has its own).
-            max_size: 6,
+            // The batch loops, retention, reconciliation and /readyz (LISTEN has its own).
+            max_size: args.concurrency as usize + 4,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: settings.transaction_timeout(),
             application_name: "charges-relay".to_owned(),
@@ -199,6 +201,7 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
         topic = %args.topic,
         brokers = %args.kafka_brokers,
         batch_size = args.batch_size,
+        concurrency = args.concurrency,
         publish_timeout = ?args.publish_timeout,
         "relay started"
     );
@@ -207,36 +210,25 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
         let name = signal.await;
         tracing::info!(
             signal = name,
-            "shutting down: finishing the in-flight batch"
+            "shutting down: finishing the in-flight batches"
         );
         let _ = shutdown_tx.send(true);
     });
 
-    let relay = Relay::new(pool, producer, settings);
-    let mut shutdown = shutdown_rx;
-    let mut consecutive_errors: u32 = 0;
-    while !*shutdown.borrow() {
-        // Never cancelled midway: a batch ends by itself within the publish timeout
-        // plus margin, and whatever it did not see acknowledged stays unmarked.
-        let wait = match relay.run_batch().await {
-            Ok(outcome) => {
-                consecutive_errors = 0;
-                if outcome.claimed == relay.settings().batch_size as usize {
-                    continue;
-                }
-                args.poll_interval
-            }
-            Err(e) => {
-                consecutive_errors = consecutive_errors.saturating_add(1);
-                tracing::error!(error = %error_chain(&e), "relay batch failed");
-                // Back off on a database outage, up to ten poll intervals.
-                args.poll_interval * consecutive_errors.min(10)
-            }
-        };
-        tokio::select! {
-            () = wake.notified() => {}
-            () = tokio::time::sleep(wait) => {}
-            _ = shutdown.changed() => {}
+    let relay = Arc::new(Relay::new(pool, producer, settings));
+    let loops: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            tokio::spawn(batch_loop(
+                relay.clone(),
+                wake.clone(),
+                shutdown_rx.clone(),
+                args.poll_interval,
+            ))
+        })
+        .collect();
+    for batch_loop in loops {
+        if let Err(e) = batch_loop.await {
+            tracing::error!(error = %e, "a batch loop ended abnormally");
         }
     }
 
@@ -251,6 +243,43 @@ pub async fn run(args: RunArgs) -> Result<(), RelayError> {
     upkeep.abort();
     tracing::info!("relay stopped");
     Ok(())
+}
+
+/// One of the `--concurrency` loops: batch after batch while batches come back full,
+/// otherwise wait for a notification, the poll interval or shutdown. Loops share the
+/// producer and the pool; `SKIP LOCKED` gives each batch disjoint rows, so while one
+/// loop waits for the broker's acknowledgements another claims and marks.
+async fn batch_loop(
+    relay: Arc<Relay>,
+    wake: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+    poll_interval: Duration,
+) {
+    let mut consecutive_errors: u32 = 0;
+    while !*shutdown.borrow() {
+        // Never cancelled midway: a batch ends by itself within the publish timeout
+        // plus margin, and whatever it did not see acknowledged stays unmarked.
+        let wait = match relay.run_batch().await {
+            Ok(outcome) => {
+                consecutive_errors = 0;
+                if outcome.claimed == relay.settings().batch_size as usize {
+                    continue;
+                }
+                poll_interval
+            }
+            Err(e) => {
+                consecutive_errors = consecutive_errors.saturating_add(1);
+                tracing::error!(error = %error_chain(&e), "relay batch failed");
+                // Back off on a database outage, up to ten poll intervals.
+                poll_interval * consecutive_errors.min(10)
+            }
+        };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
 }
 
 /// `charges-relay purge`: expired `COMPLETED` idempotency keys, until none is left
