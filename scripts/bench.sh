@@ -168,7 +168,7 @@ drain_with() { # workers → seconds
   started=$(date +%s.%N)
   for _ in $(seq 1 "$workers"); do
     RUST_LOG=warn "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
-      --batch-size "$batch" --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+      --batch-size "$batch" --concurrency "$concurrency" --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
     relay_pids+=($!); pids+=($!)
   done
   while [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" != "0" ]; do sleep 0.2; done
@@ -179,14 +179,17 @@ fill_outbox
 log "raw producer, $relay_rows messages"
 line=$(DATABASE_URL="$url" "$bin/charges-bench" produce --kafka-brokers "$brokers" --topic charges.events)
 raw_eps=$(awk -v n="$(field events <<<"$line")" -v s="$(field seconds <<<"$line")" 'BEGIN { printf "%.1f", n / s }')
-batch="${BENCH_BATCH:-500}"
+batch="${BENCH_BATCH:-500}"               # the relay's default --batch-size
+concurrency="${BENCH_CONCURRENCY:-2}"     # and its default --concurrency
 "$bin/charges-bench" pgbench-relay-script --batch-size "$batch" >"$out_dir/relay.pgbench"
 for workers in 1 2; do
-  # The relay's own database work (claim + mark, no Kafka) by as many clients.
+  # The relay's own database work (claim + mark, no Kafka) by as many clients as the
+  # relays have batch loops.
+  sql_clients=$(( workers * concurrency ))
   fill_outbox
-  log "relay SQL floor (pgbench), $workers client(s)"
+  log "relay SQL floor (pgbench), $sql_clients client(s)"
   started=$(date +%s.%N)
-  pgbench "$url" -n -M prepared -c "$workers" -j "$workers" -t $(( (relay_rows / batch + workers) / workers )) \
+  pgbench "$url" -n -M prepared -c "$sql_clients" -j "$workers" -t $(( (relay_rows / batch + sql_clients) / sql_clients )) \
     -f "$out_dir/relay.pgbench" >/dev/null 2>&1
   sql_eps=$(awk -v n="$relay_rows" -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", n / (b - a) }')
   fill_outbox
@@ -198,7 +201,7 @@ for workers in 1 2; do
   target=""; [ "$workers" = 2 ] && target=" (target ≥ 0.8)"
   table_rows+=("relay $workers worker(s)|$eps events/s|raw producer $raw_eps events/s|$r$target")
   table_rows+=("  same, vs its SQL|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql")
-  json_rows+=("{\"name\":\"relay_throughput\",\"workers\":$workers,\"rows\":$relay_rows,\"batch_size\":$batch,\"events_per_s\":$eps,\"raw_producer_events_per_s\":$raw_eps,\"ratio\":$r,\"sql_floor_rows_per_s\":$sql_eps,\"ratio_to_sql_floor\":$r_sql}")
+  json_rows+=("{\"name\":\"relay_throughput\",\"workers\":$workers,\"rows\":$relay_rows,\"batch_size\":$batch,\"concurrency\":$concurrency,\"events_per_s\":$eps,\"raw_producer_events_per_s\":$raw_eps,\"ratio\":$r,\"sql_floor_rows_per_s\":$sql_eps,\"ratio_to_sql_floor\":$r_sql}")
 done
 
 # 4. Commit-to-ack latency: published_at (set right after the ack) - created_at (the

@@ -107,8 +107,10 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_EVENT_SOURCE", default_value = "urn:charges")]
     pub event_source: String,
 
-    /// Rows claimed (and published concurrently) per transaction.
-    #[arg(long, env = "RELAY_BATCH_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Rows claimed (and published concurrently) per transaction. Bigger batches drain a
+    /// backlog with fewer transactions; a relay killed mid-batch republishes at most
+    /// this many rows per loop.
+    #[arg(long, env = "RELAY_BATCH_SIZE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
 
     /// Batches in flight at once in this process, each in its own transaction on its
