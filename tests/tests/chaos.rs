@@ -932,29 +932,150 @@ async fn probe_outage(
     (probes, slowest)
 }
 
+/// What both database-outage scenarios share: an API with a 1 s acquire timeout, one
+/// relay, six clients under load; the probes while the database is away; the recovery.
+struct OutageUnderLoad {
+    api: TestApi,
+    relay: Process,
+    ledger: Arc<Ledger>,
+    http: reqwest::Client,
+    base: BaseUrl,
+    load: Option<Load>,
+    /// The pool may wait for a slot, then for a connect: both bounded by the timeout.
+    answer_bound: Duration,
+    started: Instant,
+}
+
+/// What an outage scenario measured, for its `CHAOS` line.
+struct OutageFigures {
+    outage: Duration,
+    keys: usize,
+    answers_503: u64,
+    slowest: Duration,
+    answer_bound: Duration,
+    api_recovery: Duration,
+}
+
+impl OutageFigures {
+    fn describe(&self) -> String {
+        format!(
+            "{:.1} s under load ({} keys from 6 clients); {} answers 503, slowest {} ms \
+             (bound {} ms); API answered 201 again {} ms after",
+            self.outage.as_secs_f64(),
+            self.keys,
+            self.answers_503,
+            self.slowest.as_millis(),
+            self.answer_bound.as_millis(),
+            self.api_recovery.as_millis()
+        )
+    }
+}
+
+impl OutageUnderLoad {
+    async fn start(db: &TestDb, kafka: &TestKafka) -> OutageUnderLoad {
+        let acquire_timeout = Duration::from_secs(1);
+        let api = TestApi::start(db, &["--db-acquire-timeout", "1s", "--db-pool-size", "8"]).await;
+        let relay = start_relay(db, kafka, &[]).await;
+        let ledger = Arc::new(Ledger::default());
+        let http = http_client(16);
+        let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
+        let load = start_load(
+            &http,
+            &base,
+            &ledger,
+            6,
+            5_000,
+            Duration::from_millis(20),
+            false,
+        );
+        pause(Duration::from_millis(800)).await;
+        OutageUnderLoad {
+            api,
+            relay,
+            ledger,
+            http,
+            base,
+            load: Some(load),
+            answer_bound: acquire_timeout * 2 + Duration::from_secs(2),
+            started: Instant::now(),
+        }
+    }
+
+    /// From now on a 503 is an allowed answer.
+    fn begin(&mut self) {
+        self.ledger.db_outage.store(true, Ordering::SeqCst);
+        self.started = Instant::now();
+    }
+
+    /// While the database is away: `count` new keys, each answered 503 within the
+    /// bound, and `/readyz` 503. Returns the keys and the slowest answer.
+    async fn probe(&self, count: usize) -> (Vec<String>, Duration) {
+        let probed = probe_outage(
+            &self.http,
+            &self.api.base_url,
+            &self.ledger,
+            count,
+            self.answer_bound,
+        )
+        .await;
+        let ready = self
+            .http
+            .get(format!("{}/readyz", self.api.base_url))
+            .send()
+            .await
+            .expect("readyz");
+        let status = ready.status().as_u16();
+        assert_eq!(
+            status,
+            503,
+            "/readyz during the outage: {}",
+            ready.text().await.unwrap_or_default()
+        );
+        probed
+    }
+
+    /// Once the database is back (at `back_at`): the probes' keys, retried, succeed
+    /// without restarting anything; requests begun during the outage get one bound to
+    /// end; the load stops; both binaries are still running.
+    async fn recover(
+        &mut self,
+        outage: Duration,
+        back_at: Instant,
+        probes: &[String],
+        slowest: Duration,
+    ) -> OutageFigures {
+        for key in probes {
+            submit(&self.http, &self.base, key, &charge_body(7), &self.ledger).await;
+        }
+        let api_recovery = back_at.elapsed();
+        pause(self.answer_bound).await;
+        self.ledger.db_outage.store(false, Ordering::SeqCst);
+        pause(Duration::from_secs(1)).await;
+        let keys = match self.load.take() {
+            Some(load) => load.finish().await.len(),
+            None => 0,
+        };
+        let answers_503 = self.ledger.count(503);
+        assert!(answers_503 > 0, "the outage was never seen by a client");
+        assert!(still_running(&mut self.api.process), "the API died");
+        assert!(still_running(&mut self.relay), "the relay died");
+        OutageFigures {
+            outage,
+            keys: keys + probes.len(),
+            answers_503,
+            slowest,
+            answer_bound: self.answer_bound,
+            api_recovery,
+        }
+    }
+}
+
 #[tokio::test]
 async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_recover() {
     let scenario = "database outage";
-    let acquire_timeout = Duration::from_secs(1);
-    // The pool may wait for a slot, then for a connect: both bounded by the timeout.
-    let answer_bound = acquire_timeout * 2 + Duration::from_secs(2);
     let db = TestDb::new().await;
     let kafka = TestKafka::new(2).await;
-    let mut api = TestApi::start(&db, &["--db-acquire-timeout", "1s", "--db-pool-size", "8"]).await;
-    let mut relay = start_relay(&db, &kafka, &[]).await;
-    let ledger = Arc::new(Ledger::default());
-    let http = http_client(16);
-    let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
-    let load = start_load(
-        &http,
-        &base,
-        &ledger,
-        6,
-        5_000,
-        Duration::from_millis(20),
-        false,
-    );
-    pause(Duration::from_millis(800)).await;
+    let mut run = OutageUnderLoad::start(&db, &kafka).await;
 
     // The outage: this database refuses new connections and loses its sessions (all
     // but this test's observer connection). The server keeps running for other tests.
@@ -966,8 +1087,7 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
         .expect("own pid")
         .get(0);
     let admin = db.admin_client().await;
-    ledger.db_outage.store(true, Ordering::SeqCst);
-    let outage_started = Instant::now();
+    run.begin();
     // Two statements, in this order, each committed on its own: in one simple-query
     // batch they would share one transaction, and a session opened between the
     // terminate and the commit of the ALTER would survive the outage.
@@ -1000,21 +1120,10 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
     }
     assert_eq!(sessions_left, 0, "sessions survived the outage");
 
-    let (probes, slowest) = probe_outage(&http, &api.base_url, &ledger, 6, answer_bound).await;
-    let ready = http
-        .get(format!("{}/readyz", api.base_url))
-        .send()
-        .await
-        .expect("readyz");
-    let ready_status = ready.status().as_u16();
+    let (probes, slowest) = run.probe(6).await;
     assert_eq!(
-        ready_status,
-        503,
-        "/readyz during the outage: {}",
-        ready.text().await.unwrap_or_default()
-    );
-    assert_eq!(
-        http.get(format!("{}/healthz", api.base_url))
+        run.http
+            .get(format!("{}/healthz", run.api.base_url))
             .send()
             .await
             .expect("healthz")
@@ -1023,42 +1132,20 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
         200,
         "the process itself is alive"
     );
-    let outage = outage_started.elapsed();
+    let outage = run.started.elapsed();
 
     admin
         .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
         .await
         .expect("allow connections again");
-    let recovered_at = Instant::now();
-    // The API recovers by itself: the probes' keys, retried, now succeed.
-    for key in &probes {
-        submit(&http, &base, key, &charge_body(7), &ledger).await;
-    }
-    let api_recovery = recovered_at.elapsed();
-    // A request that started during the outage may still answer 503 for one acquire
-    // timeout; after that, none may.
-    pause(answer_bound).await;
-    ledger.db_outage.store(false, Ordering::SeqCst);
-    pause(Duration::from_secs(1)).await;
-    let keys = load.finish().await;
-    let outage_503s = ledger.count(503);
-    assert!(outage_503s > 0, "the outage was never seen by a client");
-    assert!(still_running(&mut api.process), "the API died");
-    assert!(still_running(&mut relay), "the relay died");
-
+    let figures = run.recover(outage, Instant::now(), &probes, slowest).await;
     let faults = format!(
-        "database refused connections and lost its sessions for {:.1} s under load \
-         ({} keys from 6 clients); {outage_503s} answers 503, slowest {} ms (bound {} ms); \
-         API answered 201 again after {} ms",
-        outage.as_secs_f64(),
-        keys.len() + probes.len(),
-        slowest.as_millis(),
-        answer_bound.as_millis(),
-        api_recovery.as_millis()
+        "database refused connections and lost its sessions for {}",
+        figures.describe()
     );
     // The same relay must publish what piled up: no new relay is started.
-    check_invariants(scenario, &faults, &db, &kafka, &ledger, true).await;
-    assert!(still_running(&mut relay), "the relay died");
+    check_invariants(scenario, &faults, &db, &kafka, &run.ledger, true).await;
+    assert!(still_running(&mut run.relay), "the relay died");
 }
 
 /// Scenario 4 literally: the Postgres server itself crashes under load
@@ -1067,71 +1154,26 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
 #[tokio::test]
 async fn postgres_crash_and_restart_under_load_is_503_and_both_binaries_recover() {
     let scenario = "postgres restart";
-    let acquire_timeout = Duration::from_secs(1);
-    let answer_bound = acquire_timeout * 2 + Duration::from_secs(2);
     let cluster = TestCluster::start().await;
     let mut db = TestDb::new_on(&cluster.url).await;
     let kafka = TestKafka::new(2).await;
-    let mut api = TestApi::start(&db, &["--db-acquire-timeout", "1s", "--db-pool-size", "8"]).await;
-    let mut relay = start_relay(&db, &kafka, &[]).await;
-    let ledger = Arc::new(Ledger::default());
-    let http = http_client(16);
-    let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
-    let load = start_load(
-        &http,
-        &base,
-        &ledger,
-        6,
-        5_000,
-        Duration::from_millis(20),
-        false,
-    );
-    pause(Duration::from_millis(800)).await;
+    let mut run = OutageUnderLoad::start(&db, &kafka).await;
 
-    ledger.db_outage.store(true, Ordering::SeqCst);
-    let outage_started = Instant::now();
+    run.begin();
     cluster.crash();
-    let (probes, slowest) = probe_outage(&http, &api.base_url, &ledger, 5, answer_bound).await;
-    let ready = http
-        .get(format!("{}/readyz", api.base_url))
-        .send()
-        .await
-        .expect("readyz");
-    assert_eq!(
-        ready.status().as_u16(),
-        503,
-        "/readyz while Postgres is down"
-    );
-    let outage = outage_started.elapsed();
+    let (probes, slowest) = run.probe(5).await;
+    let outage = run.started.elapsed();
 
     cluster.start_server().await;
     let restarted_at = Instant::now();
     db.reconnect().await;
-    for key in &probes {
-        submit(&http, &base, key, &charge_body(7), &ledger).await;
-    }
-    let api_recovery = restarted_at.elapsed();
-    pause(answer_bound).await;
-    ledger.db_outage.store(false, Ordering::SeqCst);
-    pause(Duration::from_secs(1)).await;
-    let keys = load.finish().await;
-    let outage_503s = ledger.count(503);
-    assert!(outage_503s > 0, "the crash was never seen by a client");
-    assert!(still_running(&mut api.process), "the API died");
-    assert!(still_running(&mut relay), "the relay died");
-
+    let figures = run.recover(outage, restarted_at, &probes, slowest).await;
     let faults = format!(
-        "Postgres crashed (immediate stop) and restarted after {:.1} s under load \
-         ({} keys from 6 clients); {outage_503s} answers 503, slowest {} ms (bound {} ms); \
-         API answered 201 again {} ms after the restart",
-        outage.as_secs_f64(),
-        keys.len() + probes.len(),
-        slowest.as_millis(),
-        answer_bound.as_millis(),
-        api_recovery.as_millis()
+        "Postgres crashed (immediate stop) and was started again after {}",
+        figures.describe()
     );
-    check_invariants(scenario, &faults, &db, &kafka, &ledger, true).await;
-    assert!(still_running(&mut relay), "the relay died");
+    check_invariants(scenario, &faults, &db, &kafka, &run.ledger, true).await;
+    assert!(still_running(&mut run.relay), "the relay died");
 }
 
 // ---------------------------------------------------------------------------------
