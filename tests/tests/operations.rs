@@ -1008,3 +1008,52 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
     );
     drop(relay);
 }
+
+/// Every binary logs alike (one `charges-runtime` set-up): to a pipe, with `NO_COLOR`
+/// unset, a failing start-up is logged without terminal escape codes, and
+/// `--log-format json` gives one flat JSON object per line.
+#[test]
+fn every_binary_logs_plain_text_or_flat_json_to_a_pipe() {
+    let unreachable = "postgres://postgres@127.0.0.1:1/none?connect_timeout=2";
+    for (name, args) in [
+        ("charges-api", vec!["migrate"]),
+        ("charges-relay", vec!["purge"]),
+        ("charges-consumer", vec![]),
+    ] {
+        for format in ["text", "json"] {
+            let output = std::process::Command::new(binary(name))
+                .args(&args)
+                .env("DATABASE_URL", unreachable)
+                .env("LOG_FORMAT", format)
+                .env_remove("NO_COLOR")
+                .env("RUST_LOG", "info")
+                .output()
+                .expect("run the binary");
+            assert!(
+                !output.status.success(),
+                "{name} started without a database"
+            );
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                !text.contains('\u{1b}'),
+                "{name} ({format}) wrote escape codes to a pipe:\n{text}"
+            );
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert!(!lines.is_empty(), "{name} ({format}) logged nothing");
+            if format == "json" {
+                for line in lines {
+                    let event: Value = serde_json::from_str(line)
+                        .unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {line}"));
+                    assert!(
+                        event.get("level").is_some() && event.get("message").is_some(),
+                        "{name}: not a flat event: {line}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::{self, ApiKeys, ApiKeysError};
-use crate::telemetry::{self, LogFormat};
+use charges_runtime::secrets::{self, Redactor};
+use charges_runtime::{LogFormat, LogTarget};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -134,7 +135,7 @@ impl Secret {
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(charges_store::secrets::REDACTED)
+        f.write_str(secrets::REDACTED)
     }
 }
 
@@ -189,7 +190,7 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|| Command::Serve(ServeArgs::default()));
     // Every secret the process holds is known to the log redactor before the first
     // log line: the database password and the API keys (valid or not).
-    let mut secrets = charges_store::secrets::database_password(&cli.database.database_url);
+    let mut secrets = secrets::database_password(&cli.database.database_url);
     let key_text = match &command {
         Command::Serve(args) => args.api_keys_text(),
         Command::Migrate(_) => Ok(None),
@@ -197,10 +198,12 @@ pub fn main() -> ExitCode {
     if let Ok(Some(text)) = &key_text {
         secrets.extend(auth::secret_candidates(text));
     }
-    telemetry::init(
-        cli.log_format,
-        charges_store::secrets::Redactor::new(secrets),
-    );
+    if let Err(e) =
+        charges_runtime::init_logging(cli.log_format, Redactor::new(secrets), LogTarget::Stdout)
+    {
+        eprintln!("charges-api: {e}");
+        return ExitCode::FAILURE;
+    }
     let api_keys = match key_text.and_then(|text| text.as_deref().map(ApiKeys::parse).transpose()) {
         Ok(keys) => keys,
         Err(error) => {
@@ -212,7 +215,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = %telemetry::chain(error.as_ref()), "charges-api failed");
+            tracing::error!(error = %charges_runtime::error_chain(error.as_ref()), "charges-api failed");
             ExitCode::FAILURE
         }
     }

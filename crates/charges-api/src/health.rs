@@ -28,7 +28,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
             })
         }
         Err(error) => {
-            tracing::warn!(error = %crate::telemetry::chain(&error), "not ready: database unreachable");
+            tracing::warn!(error = %charges_runtime::error_chain(&error), "not ready: database unreachable");
             Err(ApiError::NotReady {
                 reason: "the database cannot be reached".to_owned(),
             })

@@ -13,6 +13,5 @@ pub mod metrics;
 mod problem;
 mod refunds;
 mod request_id;
-pub mod telemetry;
 
 pub use app::{AppState, serve};

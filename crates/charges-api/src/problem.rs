@@ -12,8 +12,6 @@ use charges_store::StoreError;
 use charges_store::StoredResponse;
 use serde::Serialize;
 
-use crate::telemetry;
-
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// Seconds a client should wait before retrying a 409 or a 503.
@@ -154,7 +152,7 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
         if let ApiError::Store(error) = self {
-            tracing::error!(error = %telemetry::chain(error), %status, "request failed in storage");
+            tracing::error!(error = %charges_runtime::error_chain(error), %status, "request failed in storage");
         }
         let mut response = HttpResponse::build(status);
         response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));

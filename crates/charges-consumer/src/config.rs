@@ -29,11 +29,7 @@ pub enum Command {
     Tail(TailArgs),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use charges_runtime::LogFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OffsetReset {
@@ -100,7 +96,7 @@ pub struct RunArgs {
     /// consumer's own settings, so it can override them (e.g. session.timeout.ms,
     /// security.protocol=SSL). enable.auto.commit cannot be turned back on usefully: the
     /// consumer stores offsets itself.
-    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
     /// Apply the consumer's pending migrations before starting.
@@ -129,15 +125,6 @@ pub struct TailArgs {
     /// Exit after this long without a new message.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub until_idle: Duration,
-}
-
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => {
-            Ok((key.trim().to_owned(), value.to_owned()))
-        }
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
 }
 
 #[cfg(test)]

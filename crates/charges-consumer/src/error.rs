@@ -15,18 +15,6 @@ pub enum ConsumerError {
     Signal(#[source] std::io::Error),
     #[error("cannot write to stdout")]
     Output(#[source] std::io::Error),
-    #[error("logging set-up failed: {0}")]
-    Telemetry(String),
 }
 
-/// An error and all its sources on one line, for the log.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use charges_runtime::error_chain;

@@ -52,41 +52,18 @@ use uuid::Uuid;
 
 pub use error::{ConsumerError, error_chain};
 
-use crate::config::{Cli, Command, LogFormat, RunArgs, TailArgs};
+use crate::config::{Cli, Command, RunArgs, TailArgs};
 use crate::inbox::{InboxStore, Source};
 use crate::ledger::{Entry, LedgerStore};
 
 /// Every secret on the command line, for the log redactor: the database password and
 /// the values of secret `--kafka-config` settings (`sasl.password`, …).
 pub fn secrets(cli: &Cli) -> Vec<String> {
-    let mut secrets = charges_store::secrets::database_password(&cli.run.database_url);
-    secrets.extend(
-        cli.run
-            .kafka_config
-            .iter()
-            .filter(|(key, _)| charges_store::secrets::is_secret_setting(key))
-            .map(|(_, value)| value.clone()),
-    );
+    let mut secrets = charges_runtime::secrets::database_password(&cli.run.database_url);
+    secrets.extend(charges_runtime::secrets::kafka_config_secrets(
+        &cli.run.kafka_config,
+    ));
     secrets
-}
-
-/// Installs the tracing subscriber: `RUST_LOG` (default `info`), text or JSON lines on
-/// stderr (stdout is for `tail`'s output), every line passed through `redactor`.
-pub fn init_logging(
-    format: LogFormat,
-    redactor: charges_store::secrets::Redactor,
-) -> Result<(), ConsumerError> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(move || redactor.writer(std::io::stderr()))
-        .with_ansi(std::env::var_os("NO_COLOR").is_none());
-    let result = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-    result.map_err(|e| ConsumerError::Telemetry(e.to_string()))
 }
 
 /// Runs what the command line asks for.

@@ -6,8 +6,12 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let redactor = charges_store::secrets::Redactor::new(charges_consumer::secrets(&cli));
-    if let Err(e) = charges_consumer::init_logging(cli.run.log_format, redactor) {
+    let redactor = charges_runtime::secrets::Redactor::new(charges_consumer::secrets(&cli));
+    if let Err(e) = charges_runtime::init_logging(
+        cli.run.log_format,
+        redactor,
+        charges_runtime::LogTarget::Stderr,
+    ) {
         eprintln!("charges-consumer: {e}");
         return ExitCode::FAILURE;
     }

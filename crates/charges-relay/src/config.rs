@@ -62,11 +62,7 @@ impl DatabaseArgs {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use charges_runtime::LogFormat;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MessageKey {
@@ -176,7 +172,7 @@ pub struct RunArgs {
     /// Extra librdkafka producer setting, `key=value`; repeatable. Applied after the
     /// relay's own settings (bootstrap.servers, enable.idempotence=true, acks=all,
     /// message.timeout.ms), so it can override them; e.g. security.protocol=SSL.
-    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
     /// Log line format; the filter comes from RUST_LOG (default "info").
@@ -213,15 +209,6 @@ pub enum DeadAction {
         #[arg(long)]
         all: bool,
     },
-}
-
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => {
-            Ok((key.trim().to_owned(), value.to_owned()))
-        }
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,6 @@ pub enum RelayError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("installing the signal handler failed")]
     Signal(#[source] std::io::Error),
-    #[error("logging could not be initialised: {0}")]
-    Telemetry(String),
     #[error("binding the metrics listener on {0} failed")]
     MetricsListen(std::net::SocketAddr, #[source] std::io::Error),
     #[error("installing the metrics recorder failed")]
@@ -26,14 +24,4 @@ pub enum RelayError {
     Output(#[source] std::io::Error),
 }
 
-/// `error: cause: cause…`, for one log field.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use charges_runtime::error_chain;

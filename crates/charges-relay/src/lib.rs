@@ -58,7 +58,7 @@ pub use error::{RelayError, error_chain};
 
 use crate::backoff::Backoff;
 use crate::cleanup::Retention;
-use crate::config::{Cli, Command, DeadAction, DeadArgs, LogFormat, PurgeArgs, RunArgs};
+use crate::config::{Cli, Command, DeadAction, DeadArgs, PurgeArgs, RunArgs};
 use crate::publish::MessageSettings;
 use crate::relay::{Relay, RelaySettings};
 
@@ -70,35 +70,11 @@ pub fn secrets(cli: &Cli) -> Vec<String> {
         Some(Command::Dead(args)) => &args.database.database_url,
         Some(Command::Purge(args)) => &args.database.database_url,
     };
-    let mut secrets = charges_store::secrets::database_password(database_url);
-    secrets.extend(
-        cli.run
-            .kafka_config
-            .iter()
-            .filter(|(key, _)| charges_store::secrets::is_secret_setting(key))
-            .map(|(_, value)| value.clone()),
-    );
+    let mut secrets = charges_runtime::secrets::database_password(database_url);
+    secrets.extend(charges_runtime::secrets::kafka_config_secrets(
+        &cli.run.kafka_config,
+    ));
     secrets
-}
-
-/// Installs the tracing subscriber: `RUST_LOG` (default `info`), text or JSON lines on
-/// stderr (stdout is for command output such as `dead list`), every line passed through
-/// `redactor` (see `charges_store::secrets`).
-pub fn init_logging(
-    format: LogFormat,
-    redactor: charges_store::secrets::Redactor,
-) -> Result<(), RelayError> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(move || redactor.writer(std::io::stderr()))
-        .with_ansi(std::env::var_os("NO_COLOR").is_none());
-    let result = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-    result.map_err(|e| RelayError::Telemetry(e.to_string()))
 }
 
 /// Runs what the command line asks for.

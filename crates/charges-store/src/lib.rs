@@ -10,7 +10,6 @@ pub mod outbox;
 mod pool;
 pub mod refunds;
 mod replay_cache;
-pub mod secrets;
 mod tls;
 
 pub use charges::{ChargeStore, RefundableCharge};

@@ -58,6 +58,14 @@ pub fn is_secret_setting(key: &str) -> bool {
     .any(|word| key.contains(word))
 }
 
+/// The values of the secret settings among `--kafka-config` pairs.
+pub fn kafka_config_secrets(config: &[(String, String)]) -> impl Iterator<Item = String> + '_ {
+    config
+        .iter()
+        .filter(|(key, _)| is_secret_setting(key))
+        .map(|(_, value)| value.clone())
+}
+
 /// Replaces known secrets in text. Cheap to clone (shared list).
 #[derive(Clone, Default)]
 pub struct Redactor {

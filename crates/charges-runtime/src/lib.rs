@@ -1,0 +1,58 @@
+//! What every charges binary (`charges-api`, `charges-relay`, `charges-consumer`) does
+//! the same way: structured logs with every known secret redacted, errors logged as
+//! one line with their causes, and repeatable `KEY=VALUE` flags. One copy, so that the
+//! three processes log alike and a fix to redaction reaches all of them.
+
+mod logging;
+pub mod secrets;
+
+pub use logging::{LogFormat, LogTarget, LoggingError, init_logging};
+
+/// An error and all its sources on one line (`error: cause: cause…`), for a log field;
+/// never for a client.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A `KEY=VALUE` flag (`--kafka-config`), as a clap value parser. The key is trimmed;
+/// the value is kept as given (it may contain `=`).
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_joins_every_cause() {
+        let error = Outer(std::io::Error::other("inner"));
+        assert_eq!(error_chain(&error), "outer: inner");
+    }
+
+    #[test]
+    fn key_value_flags() {
+        assert_eq!(
+            parse_key_value(" sasl.jaas.config=a=b "),
+            Ok(("sasl.jaas.config".to_owned(), "a=b ".to_owned()))
+        );
+        assert!(parse_key_value("novalue").is_err());
+        assert!(parse_key_value("=x").is_err());
+    }
+}
