@@ -44,8 +44,8 @@ fresh_database() {
 # may cache generic plans that scan sequentially (the outbox foreign-key check on
 # charges, the key lookups), and every round then slows down as its own rows pile up.
 steady_tables() {
-  empty_tables
   psql_db -c "
+    TRUNCATE refunds, outbox, charges, idempotency_keys;
     INSERT INTO charges (id, amount_cents, currency, created_at)
       SELECT md5('steady-c' || g)::uuid, 4900, 'EUR', now() - interval '1 hour'
         FROM generate_series(1, $backlog) g;

@@ -352,6 +352,30 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
     );
 }
 
+/// Reads the topic until it holds `ids.len()` messages (at most `wait`), then a little
+/// longer for stragglers: every id in `ids` is there exactly once (header `id`), and
+/// nothing else is.
+async fn assert_on_topic_exactly_once(kafka: &TestKafka, ids: &[Uuid], wait: Duration) {
+    let mut reader = kafka.reader();
+    reader
+        .read_until(wait, "every event", |m| m.len() >= ids.len())
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reader.drain();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for message in &reader.messages {
+        *seen
+            .entry(message.header("id").expect("header id"))
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "published more than once: {twice:?}");
+    assert_eq!(seen.len(), ids.len());
+    let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
+    let got: BTreeSet<String> = seen.keys().map(|s| (*s).to_owned()).collect();
+    assert_eq!(got, expected);
+}
+
 /// 4. Four relays share 10 000 rows: every row is published and marked, none twice.
 #[tokio::test]
 async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
@@ -386,24 +410,7 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let mut reader = kafka.reader();
-    reader
-        .read_until(Duration::from_secs(120), "every event", |m| m.len() >= ROWS)
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for message in &reader.messages {
-        *seen
-            .entry(message.header("id").expect("header id"))
-            .or_default() += 1;
-    }
-    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "published more than once: {twice:?}");
-    assert_eq!(seen.len(), ROWS);
-    let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
-    let got: BTreeSet<String> = seen.keys().map(|s| (*s).to_owned()).collect();
-    assert_eq!(got, expected);
+    assert_on_topic_exactly_once(&kafka, &ids, Duration::from_secs(120)).await;
     for relay in &relays {
         assert!(
             !relay.output_text().contains("ERROR"),
@@ -461,22 +468,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     )
     .await;
 
-    let mut reader = kafka.reader();
-    reader
-        .read_until(DEADLINE, "every event", |m| m.len() >= ROWS)
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for message in &reader.messages {
-        *seen
-            .entry(message.header("id").expect("header id").to_owned())
-            .or_default() += 1;
-    }
-    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "published more than once: {twice:?}");
-    let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
-    assert_eq!(seen.into_keys().collect::<BTreeSet<_>>(), expected);
+    assert_on_topic_exactly_once(&kafka, &ids, DEADLINE).await;
     assert!(
         !relay.output_text().contains("ERROR"),
         "{}",
