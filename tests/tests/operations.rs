@@ -586,8 +586,8 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
             && sample(text, "charges_reconcile_charges_without_outbox", &[]) == 1.0
             && sample(
                 text,
-                "charges_relay_retention_deleted_total",
-                &[("table", "idempotency_keys")],
+                "charges_maintenance_rows_total",
+                &[("task", "purge_expired_keys")],
             ) == 1.0
     })
     .await;
@@ -632,8 +632,8 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     assert!(
         sample(
             &text,
-            "charges_reconcile_last_success_timestamp_seconds",
-            &[]
+            "charges_maintenance_last_success_timestamp_seconds",
+            &[("task", "reconcile")]
         ) > 0.0
     );
 
@@ -985,8 +985,8 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
             sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
                 && sample(
                     text,
-                    "charges_reconcile_last_success_timestamp_seconds",
-                    &[],
+                    "charges_maintenance_last_success_timestamp_seconds",
+                    &[("task", "reconcile")],
                 ) > 0.0
                 && text.contains("charges_relay_outbox_oldest_pending_age_seconds ")
         },

@@ -642,7 +642,8 @@ async fn api_and_relay_work_with_least_privilege_roles() {
             .await
             .unwrap();
         let reconciled = metrics.lines().any(|l| {
-            l.starts_with("charges_reconcile_last_success_timestamp_seconds ") && !l.ends_with(" 0")
+            l.starts_with("charges_maintenance_last_success_timestamp_seconds{task=\"reconcile\"}")
+                && !l.ends_with(" 0")
         });
         if reconciled {
             break;

@@ -77,7 +77,7 @@ pub async fn serve(
     metrics: PrometheusHandle,
     api_keys: Option<ApiKeys>,
 ) -> std::io::Result<()> {
-    actix_web::rt::spawn(metrics::upkeep(metrics.clone()));
+    actix_web::rt::spawn(charges_runtime::metrics::upkeep(metrics.clone()));
     match &api_keys {
         // The count only: client ids are not secret, but a log needs none of them.
         Some(keys) => tracing::info!(keys = keys.len(), "API-key authentication on"),

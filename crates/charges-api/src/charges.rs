@@ -119,11 +119,15 @@ pub fn parse_charge_id(raw: &str) -> Result<Uuid, ApiError> {
 }
 
 pub fn to_json_string(value: &impl serde::Serialize) -> Result<String, ApiError> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("encode response: {e}")).into())
+    serde_json::to_string(value).map_err(|source| ApiError::Encode {
+        what: "the response",
+        source,
+    })
 }
 
 pub fn to_json_value(value: &impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
-    serde_json::to_value(value)
-        .map_err(|e| StoreError::Corrupt(format!("encode event: {e}")).into())
+    serde_json::to_value(value).map_err(|source| ApiError::Encode {
+        what: "the event",
+        source,
+    })
 }

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::auth::{self, ApiKeys, ApiKeysError};
 use charges_runtime::secrets::{self, Redactor};
-use charges_runtime::{LogFormat, LogTarget};
+use charges_runtime::{DatabaseArgs, LogFormat, LogTarget};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -22,6 +22,8 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub pool: PoolArgs,
     /// Log line format; the filter comes from RUST_LOG (default "info").
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -46,22 +48,9 @@ pub struct MigrateArgs {
     pub grant_relay_role: Option<String>,
 }
 
+/// The pool's bounds (the URL and TLS are [`DatabaseArgs`]).
 #[derive(Debug, Clone, Args)]
-pub struct DatabaseArgs {
-    /// Postgres connection URL. Never logged.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/test",
-        hide_env_values = true,
-        global = true
-    )]
-    pub database_url: String,
-    /// PEM file of the certificate authorities the database server must chain to when the
-    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
-    /// server's certificate and host name are always verified; prefer and disable are plain text.
-    #[arg(long, env = "DATABASE_CA_FILE", global = true)]
-    pub database_ca_file: Option<std::path::PathBuf>,
+pub struct PoolArgs {
     /// Maximum connections in the pool; one request holds one connection for its transaction.
     #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16, global = true)]
     pub db_pool_size: usize,
@@ -170,14 +159,15 @@ impl Default for ServeArgs {
     }
 }
 
-impl DatabaseArgs {
+impl Cli {
     pub fn pool_settings(&self) -> charges_store::PoolSettings {
         charges_store::PoolSettings {
-            max_size: self.db_pool_size,
-            acquire_timeout: self.db_acquire_timeout,
-            statement_timeout: self.db_statement_timeout,
-            application_name: "charges-api".to_owned(),
-            tls: charges_store::DatabaseTls::new(self.database_ca_file.clone()),
+            max_size: self.pool.db_pool_size,
+            acquire_timeout: self.pool.db_acquire_timeout,
+            statement_timeout: self.pool.db_statement_timeout,
+            ..self
+                .database
+                .pool_settings("charges-api", self.pool.db_pool_size)
         }
     }
 }
@@ -222,7 +212,7 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::Result<()> {
-    let settings = cli.database.pool_settings();
+    let settings = cli.pool_settings();
     match command {
         Command::Migrate(args) => {
             let roles = match (&args.grant_api_role, &args.grant_relay_role) {

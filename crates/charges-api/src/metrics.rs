@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusHandle};
 
 use crate::AppState;
 
@@ -20,16 +20,12 @@ const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// How often histogram samples are folded into their buckets between scrapes.
-const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
 /// Installs the process-wide recorder. Only the first call in a process succeeds.
 pub fn install() -> Result<PrometheusHandle, BuildError> {
-    let handle = PrometheusBuilder::new()
-        // Without buckets the exporter renders summaries, which cannot be
-        // aggregated across replicas.
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), DURATION_BUCKETS)?
-        .install_recorder()?;
+    let handle = charges_runtime::metrics::install(&[(
+        Matcher::Suffix("_seconds".to_owned()),
+        DURATION_BUCKETS,
+    )])?;
     metrics::describe_counter!(
         IDEMPOTENCY_REQUESTS,
         "Requests with an Idempotency-Key, by endpoint (route pattern) and outcome"
@@ -40,15 +36,6 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         "HTTP request duration by route pattern and status"
     );
     Ok(handle)
-}
-
-/// Keeps the recorder's memory bounded; runs until the runtime stops.
-pub async fn upkeep(handle: PrometheusHandle) {
-    let mut interval = tokio::time::interval(UPKEEP_INTERVAL);
-    loop {
-        interval.tick().await;
-        handle.run_upkeep();
-    }
 }
 
 pub fn idempotency_outcome(route: &str, outcome: &'static str) {
@@ -64,6 +51,6 @@ pub fn request_finished(route: String, status: u16, elapsed: Duration) {
 /// `GET /metrics`: Prometheus text exposition format.
 pub async fn render(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .content_type(charges_runtime::metrics::CONTENT_TYPE)
         .body(state.metrics.render())
 }

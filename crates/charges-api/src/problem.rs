@@ -8,11 +8,12 @@ use actix_web::{HttpResponse, ResponseError};
 use charges_domain::{
     ChargeRequestError, InvalidIdempotencyKey, RefundRefused, RefundRequestError,
 };
+use charges_runtime::problem::Problem;
+use charges_runtime::readiness::NotReady;
 use charges_store::StoreError;
 use charges_store::StoredResponse;
-use serde::Serialize;
 
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub use charges_runtime::problem::PROBLEM_JSON;
 
 /// Seconds a client should wait before retrying a 409 or a 503.
 const RETRY_AFTER_SECONDS: &str = "1";
@@ -53,19 +54,15 @@ pub enum ApiError {
     InvalidCredentials,
     #[error("storage failure")]
     Store(#[from] StoreError),
-    #[error("not ready: {reason}")]
-    NotReady { reason: String },
-}
-
-/// The RFC 9457 body. `type` is a URI reference relative to the API's base URL; the
-/// README lists every problem type.
-#[derive(Debug, Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    title: &'a str,
-    status: u16,
-    detail: String,
+    /// A response or event could not be serialized: a bug, never the client's fault.
+    #[error("encoding {what} as JSON failed")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("not ready: {0}")]
+    NotReady(#[from] NotReady),
 }
 
 impl ApiError {
@@ -107,8 +104,10 @@ impl ApiError {
             ApiError::Store(e) if e.is_unavailable() => {
                 ("/problems/service-unavailable", "Service unavailable")
             }
-            ApiError::Store(_) => ("/problems/internal-error", "Internal error"),
-            ApiError::NotReady { .. } => ("/problems/not-ready", "Not ready"),
+            ApiError::Store(_) | ApiError::Encode { .. } => {
+                ("/problems/internal-error", "Internal error")
+            }
+            ApiError::NotReady(_) => ("/problems/not-ready", "Not ready"),
         }
     }
 
@@ -118,7 +117,7 @@ impl ApiError {
             ApiError::Store(e) if e.is_unavailable() => {
                 "the service cannot reach its database right now; retry with the same Idempotency-Key".to_owned()
             }
-            ApiError::Store(_) => {
+            ApiError::Store(_) | ApiError::Encode { .. } => {
                 "an unexpected error occurred; nothing was stored, retry with the same Idempotency-Key".to_owned()
             }
             other => other.to_string(),
@@ -144,15 +143,21 @@ impl ResponseError for ApiError {
             ApiError::MissingCredentials | ApiError::InvalidCredentials => StatusCode::UNAUTHORIZED,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::NotReady { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Store(_) | ApiError::Encode { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if let ApiError::Store(error) = self {
-            tracing::error!(error = %charges_runtime::error_chain(error), %status, "request failed in storage");
+        match self {
+            ApiError::Store(error) => {
+                tracing::error!(error = %charges_runtime::error_chain(error), %status, "request failed in storage");
+            }
+            ApiError::Encode { .. } => {
+                tracing::error!(error = %charges_runtime::error_chain(self), %status, "request failed");
+            }
+            _ => {}
         }
         let mut response = HttpResponse::build(status);
         response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
@@ -197,7 +202,7 @@ impl ApiError {
             status: self.status_code().as_u16(),
             detail: self.detail(),
         };
-        serde_json::to_string(&problem).unwrap_or_default()
+        problem.to_json()
     }
 
     /// The problem as a response to remember under an Idempotency-Key, for refusals

@@ -98,7 +98,7 @@ impl IdempotentOperation for CreateRefundOperation {
             ),
         )?;
         if stored_total != refunded_cents {
-            return Err(StoreError::Corrupt(format!(
+            return Err(StoreError::Invariant(format!(
                 "refunded total {stored_total} under the row lock, expected {refunded_cents}"
             ))
             .into());

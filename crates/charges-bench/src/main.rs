@@ -110,7 +110,7 @@ fn pgbench_script() -> Result<String, String> {
     );
     script += &bind(
         charges_store::charges::INSERT,
-        &[charge_id, "4900", "'EUR'", "now()"],
+        &[charge_id, "4900", "'EUR'", "now()", "NULL"],
     );
     script += &bind(
         charges_store::outbox::INSERT,

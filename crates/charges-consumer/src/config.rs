@@ -18,6 +18,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The consumer's own database (inbox and ledger).
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Log line format; the filter comes from RUST_LOG (default "info").
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -29,7 +41,7 @@ pub enum Command {
     Tail(TailArgs),
 }
 
-pub use charges_runtime::LogFormat;
+pub use charges_runtime::{DatabaseArgs, LogFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OffsetReset {
@@ -51,20 +63,6 @@ impl OffsetReset {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Postgres connection URL of the consumer's own database (never logged).
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/test",
-        hide_env_values = true
-    )]
-    pub database_url: String,
-    /// PEM file of the certificate authorities the consumer's database server must chain to when the
-    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
-    /// server's certificate and host name are always verified; prefer and disable are plain text.
-    #[arg(long, env = "DATABASE_CA_FILE")]
-    pub database_ca_file: Option<std::path::PathBuf>,
-
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
@@ -102,10 +100,6 @@ pub struct RunArgs {
     /// Apply the consumer's pending migrations before starting.
     #[arg(long, env = "CONSUMER_MIGRATE")]
     pub migrate: bool,
-
-    /// Log line format; the filter comes from RUST_LOG (default "info").
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
 }
 
 #[derive(Debug, Args)]

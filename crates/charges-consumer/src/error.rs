@@ -1,20 +1,28 @@
 /// Why the consumer stopped (or could not start).
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumerError {
-    #[error("database")]
+    /// Every database failure, classified once
+    /// ([`charges_store::StoreError::is_unavailable`]).
+    #[error("database operation failed")]
     Store(#[from] charges_store::StoreError),
-    #[error("database statement failed")]
-    Database(#[from] tokio_postgres::Error),
-    #[error("no database connection could be obtained")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    #[error("applying the consumer's migrations failed")]
-    Migration(#[from] refinery::Error),
     #[error("kafka")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot install the signal handler")]
     Signal(#[source] std::io::Error),
     #[error("cannot write to stdout")]
     Output(#[source] std::io::Error),
+}
+
+impl From<deadpool_postgres::PoolError> for ConsumerError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        ConsumerError::Store(error.into())
+    }
+}
+
+impl From<tokio_postgres::Error> for ConsumerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        ConsumerError::Store(error.into())
+    }
 }
 
 pub use charges_runtime::error_chain;

@@ -40,7 +40,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use charges_domain::{ChargeCreated, ChargeRefunded, EventType};
-use charges_store::PoolSettings;
+use charges_runtime::DatabaseArgs;
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -59,7 +59,7 @@ use crate::ledger::{Entry, LedgerStore};
 /// Every secret on the command line, for the log redactor: the database password and
 /// the values of secret `--kafka-config` settings (`sasl.password`, …).
 pub fn secrets(cli: &Cli) -> Vec<String> {
-    let mut secrets = charges_runtime::secrets::database_password(&cli.run.database_url);
+    let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
     secrets.extend(charges_runtime::secrets::kafka_config_secrets(
         &cli.run.kafka_config,
     ));
@@ -69,7 +69,7 @@ pub fn secrets(cli: &Cli) -> Vec<String> {
 /// Runs what the command line asks for.
 pub async fn main(cli: Cli) -> Result<(), ConsumerError> {
     match cli.command {
-        None => run(cli.run).await,
+        None => run(&cli.database, cli.run).await,
         Some(Command::Tail(args)) => tail(args).await,
     }
 }
@@ -159,19 +159,6 @@ pub async fn apply(
     Ok(Applied::Applied)
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() -> Result<impl Future<Output = &'static str>, ConsumerError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(ConsumerError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(ConsumerError::Signal)?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    })
-}
-
 fn consumer_config(args: &RunArgs) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
@@ -201,15 +188,10 @@ fn commit(consumer: &StreamConsumer, mode: CommitMode) {
 }
 
 /// The consumer loop, until SIGTERM/SIGINT.
-pub async fn run(args: RunArgs) -> Result<(), ConsumerError> {
+pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerError> {
     let pool = charges_store::connect(
-        &args.database_url,
-        &PoolSettings {
-            max_size: 2,
-            application_name: "charges-consumer".to_owned(),
-            tls: charges_store::DatabaseTls::new(args.database_ca_file.clone()),
-            ..PoolSettings::default()
-        },
+        &database.database_url,
+        &database.pool_settings("charges-consumer", 2),
     )
     .await?;
     if args.migrate {
@@ -217,7 +199,7 @@ pub async fn run(args: RunArgs) -> Result<(), ConsumerError> {
     }
     let consumer: StreamConsumer = consumer_config(&args).create()?;
     consumer.subscribe(&[args.topic.as_str()])?;
-    let signal = shutdown_signal().await?;
+    let signal = charges_runtime::shutdown_signal().map_err(ConsumerError::Signal)?;
     tokio::pin!(signal);
     tracing::info!(
         topic = %args.topic,

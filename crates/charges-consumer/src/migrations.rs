@@ -18,17 +18,9 @@ const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7302; // "charges\x02"
 
 /// Applies every pending consumer migration.
 pub async fn run(pool: &Pool) -> Result<(), ConsumerError> {
-    let mut client = pool.get().await?;
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    let mut runner = embedded::migrations::runner().set_abort_divergent(true);
+    let mut runner = embedded::migrations::runner();
     runner.set_migration_table_name(HISTORY_TABLE);
-    let report = runner.run_async(&mut **client).await;
-    client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await?;
-    let applied = report?.applied_migrations().len();
+    let applied = charges_store::migrations::run_locked(pool, runner, MIGRATION_LOCK).await?;
     tracing::info!(applied, "consumer migrations up to date");
     Ok(())
 }

@@ -20,6 +20,17 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Log line format; the filter comes from RUST_LOG (default "info").
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+    #[command(flatten)]
     pub run: RunArgs,
 }
 
@@ -30,39 +41,10 @@ pub enum Command {
     /// Delete expired COMPLETED idempotency keys now, in small batches, and exit (for
     /// cron; the relay also does it every --cleanup-interval). STARTED keys are never
     /// deleted.
-    Purge(PurgeArgs),
+    Purge,
 }
 
-#[derive(Debug, Args)]
-pub struct PurgeArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct DatabaseArgs {
-    /// Postgres connection URL.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/test",
-        hide_env_values = true
-    )]
-    pub database_url: String,
-    /// PEM file of the certificate authorities the database server must chain to when the
-    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
-    /// server's certificate and host name are always verified; prefer and disable are plain text.
-    #[arg(long, env = "DATABASE_CA_FILE")]
-    pub database_ca_file: Option<std::path::PathBuf>,
-}
-
-impl DatabaseArgs {
-    pub fn tls(&self) -> charges_store::DatabaseTls {
-        charges_store::DatabaseTls::new(self.database_ca_file.clone())
-    }
-}
-
-pub use charges_runtime::LogFormat;
+pub use charges_runtime::{DatabaseArgs, LogFormat};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MessageKey {
@@ -77,9 +59,6 @@ pub enum MessageKey {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
-
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
@@ -175,10 +154,6 @@ pub struct RunArgs {
     #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
-    /// Log line format; the filter comes from RUST_LOG (default "info").
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: LogFormat,
-
     /// Apply pending database migrations before starting.
     #[arg(long, env = "RELAY_MIGRATE")]
     pub migrate: bool,
@@ -186,8 +161,6 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct DeadArgs {
-    #[command(flatten)]
-    pub database: DatabaseArgs,
     #[command(subcommand)]
     pub action: DeadAction,
 }

@@ -1,27 +1,46 @@
 use charges_store::StoreError;
 
 /// Everything that can stop the relay or one of its commands. A failed batch is
-/// logged and retried by the loop; only start-up failures end the process.
+/// logged and retried by its loop; only start-up failures, a maintenance job or batch
+/// loop that dies, and command failures end the process.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
+    /// Every database failure, classified once ([`StoreError::is_unavailable`]).
     #[error("database operation failed")]
     Store(#[from] StoreError),
-    #[error("no database connection could be obtained")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    #[error("database statement failed")]
-    Database(#[from] tokio_postgres::Error),
-    #[error("invalid database URL")]
-    DatabaseUrl(#[source] tokio_postgres::Error),
     #[error("creating the Kafka producer failed")]
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("installing the signal handler failed")]
     Signal(#[source] std::io::Error),
-    #[error("binding the metrics listener on {0} failed")]
-    MetricsListen(std::net::SocketAddr, #[source] std::io::Error),
+    #[error(transparent)]
+    OpsListen(#[from] charges_runtime::ops::OpsBindError),
     #[error("installing the metrics recorder failed")]
     Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    #[error(transparent)]
+    Job(#[from] charges_maintenance::JobFailed),
+    #[error("a batch loop stopped: {0}")]
+    BatchLoop(String),
     #[error("writing to stdout failed")]
     Output(#[source] std::io::Error),
+}
+
+impl From<deadpool_postgres::PoolError> for RelayError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        RelayError::Store(error.into())
+    }
+}
+
+impl From<tokio_postgres::Error> for RelayError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        RelayError::Store(error.into())
+    }
+}
+
+impl RelayError {
+    /// The database could not be reached: worth a retry, not an ERROR per attempt.
+    pub fn is_database_unavailable(&self) -> bool {
+        matches!(self, RelayError::Store(e) if e.is_unavailable())
+    }
 }
 
 pub use charges_runtime::error_chain;

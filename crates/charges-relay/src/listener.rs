@@ -79,8 +79,9 @@ pub async fn start(
     wake: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, RelayError> {
-    let mut config: tokio_postgres::Config =
-        database_url.parse().map_err(RelayError::DatabaseUrl)?;
+    let mut config: tokio_postgres::Config = database_url
+        .parse()
+        .map_err(charges_store::StoreError::DatabaseUrl)?;
     config.application_name("charges-relay-listener");
     config.connect_timeout(Duration::from_secs(5));
     let tls = if DatabaseTls::required_by(&config) {

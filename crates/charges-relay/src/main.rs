@@ -7,11 +7,9 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let redactor = charges_runtime::secrets::Redactor::new(charges_relay::secrets(&cli));
-    if let Err(e) = charges_runtime::init_logging(
-        cli.run.log_format,
-        redactor,
-        charges_runtime::LogTarget::Stderr,
-    ) {
+    if let Err(e) =
+        charges_runtime::init_logging(cli.log_format, redactor, charges_runtime::LogTarget::Stderr)
+    {
         eprintln!("charges-relay: {e}");
         return ExitCode::FAILURE;
     }

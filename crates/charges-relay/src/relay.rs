@@ -1,14 +1,18 @@
-//! One batch: claim, publish, mark — in one transaction.
+//! One batch (claim, publish, mark — in one transaction) and the loops that run
+//! batches. The design, and why the claim is a row lock: docs/design.md, "The relay".
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use charges_store::{OutboxStore, Pool, PublishFailure};
+use charges_store::{OutboxStore, PendingEvent, Pool, PublishFailure, Transaction};
+use chrono::{DateTime, Utc};
 use rdkafka::producer::FutureProducer;
+use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::publish::{MessageSettings, publish_batch};
-use crate::{RelayError, metrics};
+use crate::{RelayError, error_chain, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
 /// statements (claim, mark, record failures, commit) and scheduling delays.
@@ -49,6 +53,14 @@ pub struct BatchOutcome {
     pub dead: usize,
 }
 
+/// The broker's answers for one batch, sorted into what gets marked and what gets
+/// recorded as failed.
+struct Answers {
+    acked: Vec<Uuid>,
+    acked_created_at: Vec<DateTime<Utc>>,
+    failures: Vec<PublishFailure>,
+}
+
 pub struct Relay {
     pool: Pool,
     producer: FutureProducer,
@@ -73,30 +85,19 @@ impl Relay {
     }
 
     /// Claims up to `batch_size` rows, publishes them, marks the acknowledged ones
-    /// published and records the failures, then commits.
-    ///
-    /// How long the transaction stays open: the claim and the marks are single
-    /// statements; in between, `publish_batch` waits at most `publish_deadline()`
-    /// (each delivery future is bounded by `message.timeout.ms` = publish timeout, and
-    /// the whole wait by `tokio::time::timeout`). So the transaction lives about
-    /// publish timeout + [`TRANSACTION_MARGIN`]; should the relay hang anyway (a
-    /// stuck process, a network partition), the server ends the transaction through
-    /// the `SET LOCAL` `idle_in_transaction_session_timeout`/`statement_timeout`, and
-    /// the rows are claimable again. If the transaction fails for any reason nothing
-    /// is marked, and acknowledged messages are published again later (at least once).
+    /// published and records the failures, then commits. The transaction lives about
+    /// publish timeout + [`TRANSACTION_MARGIN`], and the server ends it should the relay
+    /// hang. If it fails for any reason nothing is marked, and acknowledged messages
+    /// are published again later (at least once).
     pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
         let started = Instant::now();
         let mut client = self.pool.get().await?;
         let transaction = client.transaction().await?;
-        let bound = self.settings.transaction_timeout();
-        OutboxStore::set_claim_timeouts(&transaction, bound, bound).await?;
-        let events =
-            OutboxStore::claim_pending(&transaction, i64::from(self.settings.batch_size)).await?;
+        let events = self.claim(&transaction).await?;
         if events.is_empty() {
             transaction.commit().await?;
             return Ok(BatchOutcome::default());
         }
-
         let results = publish_batch(
             &self.producer,
             &self.settings.message,
@@ -104,64 +105,83 @@ impl Relay {
             self.settings.publish_deadline(),
         )
         .await;
-
-        let mut acked: Vec<Uuid> = Vec::with_capacity(events.len());
-        let mut acked_created_at = Vec::with_capacity(events.len());
-        let mut failures: Vec<PublishFailure> = Vec::new();
-        for (event, result) in events.iter().zip(results) {
-            match result {
-                Ok(()) => {
-                    acked.push(event.id);
-                    acked_created_at.push(event.created_at);
-                }
-                Err(error) => {
-                    let failures_so_far = u32::try_from(event.attempts).unwrap_or(0) + 1;
-                    let dead = failures_so_far >= self.settings.max_attempts;
-                    if dead {
-                        tracing::error!(
-                            id = %event.id,
-                            attempts = failures_so_far,
-                            error = %error,
-                            "outbox row is dead: giving up until `charges-relay dead requeue`"
-                        );
-                    } else {
-                        tracing::debug!(id = %event.id, attempts = failures_so_far, error = %error, "publish failed");
-                    }
-                    failures.push(PublishFailure {
-                        id: event.id,
-                        error,
-                        retry_in: self.settings.backoff.delay(failures_so_far),
-                        dead,
-                    });
-                }
-            }
-        }
-
-        let published = OutboxStore::mark_published(&transaction, &acked).await?;
-        OutboxStore::record_failures(&transaction, &failures).await?;
+        let answers = self.sort(&events, results);
+        let published = OutboxStore::mark_published(&transaction, &answers.acked).await?;
+        OutboxStore::record_failures(&transaction, &answers.failures).await?;
         transaction.commit().await?;
-        // Counted once committed: a rolled-back batch is published again later.
-        let acked_at = chrono::Utc::now();
-        for created_at in acked_created_at {
-            // Insert time is the database's clock, now is ours: clamp skew at 0.
-            let lag = (acked_at - created_at).to_std().unwrap_or_default();
-            metrics::delivered(lag);
-        }
-
         let outcome = BatchOutcome {
             claimed: events.len(),
             published,
-            failed: failures.len(),
-            dead: failures.iter().filter(|f| f.dead).count(),
+            failed: answers.failures.len(),
+            dead: answers.failures.iter().filter(|f| f.dead).count(),
         };
+        self.report(&outcome, &answers, started.elapsed());
+        Ok(outcome)
+    }
+
+    /// Bounds the transaction server-side, then locks the batch.
+    async fn claim(&self, transaction: &Transaction<'_>) -> Result<Vec<PendingEvent>, RelayError> {
+        let bound = self.settings.transaction_timeout();
+        OutboxStore::set_claim_timeouts(transaction, bound, bound).await?;
+        let limit = i64::from(self.settings.batch_size);
+        Ok(OutboxStore::claim_pending(transaction, limit).await?)
+    }
+
+    fn sort(&self, events: &[PendingEvent], results: Vec<Result<(), String>>) -> Answers {
+        let mut answers = Answers {
+            acked: Vec::with_capacity(events.len()),
+            acked_created_at: Vec::with_capacity(events.len()),
+            failures: Vec::new(),
+        };
+        for (event, result) in events.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    answers.acked.push(event.id);
+                    answers.acked_created_at.push(event.created_at);
+                }
+                Err(error) => answers.failures.push(self.failure(event, error)),
+            }
+        }
+        answers
+    }
+
+    /// A failed attempt: its retry delay, and whether it used up the row's attempts.
+    fn failure(&self, event: &PendingEvent, error: String) -> PublishFailure {
+        let failures_so_far = u32::try_from(event.attempts).unwrap_or(0) + 1;
+        let dead = failures_so_far >= self.settings.max_attempts;
+        if dead {
+            tracing::error!(
+                id = %event.id,
+                attempts = failures_so_far,
+                error = %error,
+                "outbox row is dead: giving up until `charges-relay dead requeue`"
+            );
+        } else {
+            tracing::debug!(id = %event.id, attempts = failures_so_far, error = %error, "publish failed");
+        }
+        PublishFailure {
+            id: event.id,
+            error,
+            retry_in: self.settings.backoff.delay(failures_so_far),
+            dead,
+        }
+    }
+
+    /// Metrics and logs, once committed: a rolled-back batch is published again later.
+    fn report(&self, outcome: &BatchOutcome, answers: &Answers, elapsed: Duration) {
+        let acked_at = Utc::now();
+        for created_at in &answers.acked_created_at {
+            // Insert time is the database's clock, now is ours: clamp skew at 0.
+            metrics::delivered((acked_at - *created_at).to_std().unwrap_or_default());
+        }
         metrics::batch_finished(
             &self.settings.message.topic,
             outcome.published,
             outcome.failed,
             outcome.dead,
-            started.elapsed(),
+            elapsed,
         );
-        if let Some(first) = failures.first() {
+        if let Some(first) = answers.failures.first() {
             tracing::warn!(
                 claimed = outcome.claimed,
                 published = outcome.published,
@@ -177,6 +197,46 @@ impl Relay {
                 "batch published"
             );
         }
-        Ok(outcome)
+    }
+}
+
+/// One of the `--concurrency` loops: batch after batch while batches come back full,
+/// otherwise wait for a notification, the poll interval or shutdown. Loops share the
+/// producer and the pool; `SKIP LOCKED` gives each batch disjoint rows, so while one
+/// loop waits for the broker's acknowledgements another claims and marks.
+pub async fn batch_loop(
+    relay: Arc<Relay>,
+    wake: Arc<Notify>,
+    mut shutdown: watch::Receiver<bool>,
+    poll_interval: Duration,
+) {
+    let mut consecutive_errors: u32 = 0;
+    while !*shutdown.borrow() {
+        // Never cancelled midway: a batch ends by itself within the publish timeout
+        // plus margin, and whatever it did not see acknowledged stays unmarked.
+        let wait = match relay.run_batch().await {
+            Ok(outcome) => {
+                consecutive_errors = 0;
+                if outcome.claimed == relay.settings().batch_size as usize {
+                    continue;
+                }
+                poll_interval
+            }
+            Err(e) => {
+                consecutive_errors = consecutive_errors.saturating_add(1);
+                if e.is_database_unavailable() {
+                    tracing::warn!(error = %error_chain(&e), "relay batch failed: database unavailable");
+                } else {
+                    tracing::error!(error = %error_chain(&e), "relay batch failed");
+                }
+                // Back off while the failures last, up to ten poll intervals.
+                poll_interval * consecutive_errors.min(10)
+            }
+        };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => {}
+        }
     }
 }

@@ -1,12 +1,21 @@
 //! What every charges binary (`charges-api`, `charges-relay`, `charges-consumer`) does
 //! the same way: structured logs with every known secret redacted, errors logged as
-//! one line with their causes, and repeatable `KEY=VALUE` flags. One copy, so that the
-//! three processes log alike and a fix to redaction reaches all of them.
+//! one line with their causes, repeatable `KEY=VALUE` flags, the database flags,
+//! shutdown signals, the metrics recorder, readiness and the operations port. One
+//! copy, so that the processes behave alike and a fix reaches all of them.
 
+pub mod database;
 mod logging;
+pub mod metrics;
+pub mod ops;
+pub mod problem;
+pub mod readiness;
 pub mod secrets;
+mod signals;
 
+pub use database::DatabaseArgs;
 pub use logging::{LogFormat, LogTarget, LoggingError, init_logging};
+pub use signals::shutdown_signal;
 
 /// An error and all its sources on one line (`error: cause: cause…`), for a log field;
 /// never for a client.

@@ -8,14 +8,9 @@ use crate::StoreError;
 
 pub struct ChargeStore;
 
-/// `ChargeInsert`: without authentication (no owner). Kept apart from
-/// `ChargeInsertOwned` so that its four parameters stay what `make bench`'s pgbench
-/// twin of the API transaction binds.
+/// `ChargeInsert`: `$5` is the authenticated client that creates the charge (V4),
+/// NULL without authentication.
 pub const INSERT: &str = "
-INSERT INTO charges (id, amount_cents, currency, created_at) VALUES ($1, $2, $3, $4)";
-
-/// `ChargeInsertOwned`: the authenticated client that created the charge (V4).
-pub const INSERT_OWNED: &str = "
 INSERT INTO charges (id, amount_cents, currency, created_at, client_id)
 VALUES ($1, $2, $3, $4, $5)";
 
@@ -35,7 +30,8 @@ SELECT amount_cents, refunded_cents, currency FROM charges
 
 /// `ChargeAddRefunded`
 const ADD_REFUNDED: &str = "
-UPDATE charges SET refunded_cents = refunded_cents + $2 WHERE id = $1 RETURNING refunded_cents";
+UPDATE charges SET refunded_cents = refunded_cents + $2 WHERE id = $1
+RETURNING refunded_cents";
 
 /// `ChargeCountWithoutOutbox`: reconciliation. Every charge is committed with its
 /// `ChargeCreated` outbox row, so this must be 0. Only charges younger than `$1`
@@ -43,7 +39,7 @@ UPDATE charges SET refunded_cents = refunded_cents + $2 WHERE id = $1 RETURNING 
 /// than that, and a row is published after its charge was created, so within the
 /// window every outbox row still exists. Runs on `outbox_aggregate_idx`.
 const COUNT_WITHOUT_OUTBOX: &str = "
-SELECT count(*) FROM charges c
+SELECT count(*) AS without_outbox FROM charges c
  WHERE c.created_at > now() - $1::float8 * interval '1 second'
    AND NOT EXISTS (SELECT 1 FROM outbox o
                     WHERE o.aggregate_id = c.id AND o.event_type = $2)";
@@ -64,25 +60,19 @@ impl ChargeStore {
         charge: &Charge,
         owner: Option<&str>,
     ) -> Result<(), StoreError> {
-        let fields: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [
-            &charge.id,
-            &charge.amount_cents,
-            &charge.currency,
-            &charge.created_at,
-        ];
-        match owner {
-            None => {
-                let statement = client.prepare_cached(INSERT).await?;
-                client.execute(&statement, &fields).await?;
-            }
-            Some(owner) => {
-                let statement = client.prepare_cached(INSERT_OWNED).await?;
-                let [id, amount, currency, created_at] = fields;
-                client
-                    .execute(&statement, &[id, amount, currency, created_at, &owner])
-                    .await?;
-            }
-        }
+        let statement = client.prepare_cached(INSERT).await?;
+        client
+            .execute(
+                &statement,
+                &[
+                    &charge.id,
+                    &charge.amount_cents,
+                    &charge.currency,
+                    &charge.created_at,
+                    &owner,
+                ],
+            )
+            .await?;
         Ok(())
     }
 
@@ -133,7 +123,7 @@ impl ChargeStore {
     ) -> Result<i32, StoreError> {
         let statement = client.prepare_cached(ADD_REFUNDED).await?;
         let row = client.query_one(&statement, &[&id, &amount_cents]).await?;
-        Ok(row.try_get(0)?)
+        Ok(row.try_get("refunded_cents")?)
     }
 
     /// Charges created within `window` that have no `ChargeCreated` outbox row.
@@ -148,6 +138,6 @@ impl ChargeStore {
                 &[&window.as_secs_f64(), &EventType::ChargeCreated.as_str()],
             )
             .await?;
-        Ok(row.try_get(0)?)
+        Ok(row.try_get("without_outbox")?)
     }
 }

@@ -1,5 +1,18 @@
-/// A storage failure. [`StoreError::is_unavailable`] separates "the database cannot be
-/// reached right now" (worth a retry) from everything else (a bug or a broken schema).
+//! One classification of storage failures for every binary.
+//!
+//! [`StoreError::is_unavailable`] answers the only question callers ask of a storage
+//! failure: will the same request work if it is sent again later? Yes only when the
+//! database could not be reached or the connection broke (pool timeouts, closed
+//! connections, socket errors, the server shutting down or refusing connections,
+//! cancelled or serialization-failed statements): the API answers those `503` with
+//! `Retry-After`, the relay and the consumer retry them. Everything else — a
+//! constraint violation, a column of the wrong type, a statement that returned no
+//! row, bad stored data — is a bug or a broken schema that a retry repeats: `500`, and
+//! no invitation to retry.
+
+use std::io::ErrorKind;
+
+/// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no database connection could be obtained")]
@@ -8,8 +21,20 @@ pub enum StoreError {
     Database(#[from] tokio_postgres::Error),
     #[error("applying migrations failed")]
     Migration(#[from] refinery::Error),
-    #[error("stored data could not be decoded: {0}")]
-    Corrupt(String),
+    #[error("the database pool could not be configured")]
+    PoolConfig(#[from] deadpool_postgres::BuildError),
+    #[error("invalid database URL")]
+    DatabaseUrl(#[source] tokio_postgres::Error),
+    /// A stored value that the code cannot read back (a column holding what no
+    /// version of this code writes).
+    #[error("stored {column} could not be decoded: {reason}")]
+    Decode {
+        column: &'static str,
+        reason: String,
+    },
+    /// A statement did something the schema and the locks it holds rule out.
+    #[error("invariant violated: {0}")]
+    Invariant(String),
     #[error("{0:?} is not a plain lower-case role name")]
     InvalidRole(String),
     #[error("TLS to the database could not be set up")]
@@ -18,7 +43,7 @@ pub enum StoreError {
     TlsCaFile(std::path::PathBuf, #[source] openssl::error::ErrorStack),
 }
 
-/// SQLSTATE classes and codes that mean "try again later", not "this request is wrong".
+/// SQLSTATEs that mean "try again later", not "this request is wrong".
 const TRANSIENT_SQLSTATES: &[&str] = &[
     "57014", // query_canceled: statement_timeout fired
     "57P01", // admin_shutdown
@@ -31,21 +56,60 @@ const TRANSIENT_SQLSTATES: &[&str] = &[
 ];
 
 impl StoreError {
+    /// The database could not be reached or the connection broke: the same request
+    /// may work later. See the module documentation.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::Pool(_) => true,
-            StoreError::Database(e) => {
-                e.is_closed()
-                    || e.code()
-                        .is_some_and(|c| TRANSIENT_SQLSTATES.contains(&c.code()))
-                    || e.code().is_some_and(|c| c.code().starts_with("08"))
-                    || (e.code().is_none() && e.as_db_error().is_none())
-            }
+            StoreError::Pool(error) => pool_unavailable(error),
+            StoreError::Database(error) => database_unavailable(error),
             StoreError::Migration(_)
-            | StoreError::Corrupt(_)
+            | StoreError::PoolConfig(_)
+            | StoreError::DatabaseUrl(_)
+            | StoreError::Decode { .. }
+            | StoreError::Invariant(_)
             | StoreError::InvalidRole(_)
             | StoreError::Tls(_)
             | StoreError::TlsCaFile(..) => false,
         }
     }
+}
+
+fn pool_unavailable(error: &deadpool_postgres::PoolError) -> bool {
+    use deadpool_postgres::PoolError;
+    match error {
+        // Waiting for a free connection, connecting or recycling took too long, or the
+        // pool is shutting down.
+        PoolError::Timeout(_) | PoolError::Closed => true,
+        // Opening a connection failed: refused, reset, the server starting or shutting
+        // down, too many connections, a TLS or authentication failure. A new
+        // connection is tried on the next request either way.
+        PoolError::Backend(_) => true,
+        PoolError::NoRuntimeSpecified | PoolError::PostCreateHook(_) => false,
+    }
+}
+
+fn database_unavailable(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    if let Some(db) = error.as_db_error() {
+        let code = db.code().code();
+        return TRANSIENT_SQLSTATES.contains(&code) || code.starts_with("08");
+    }
+    // tokio-postgres keeps its error kinds private; a socket failure is told apart by
+    // its cause. Decoding and encoding failures also carry an io::Error, of kind
+    // InvalidData/InvalidInput: those are bugs, not outages.
+    io_cause(error)
+        .is_some_and(|io| !matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput))
+}
+
+fn io_cause(error: &tokio_postgres::Error) -> Option<&std::io::Error> {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        source = cause.source();
+    }
+    None
 }

@@ -133,6 +133,35 @@ UPDATE idempotency_keys
    SET status = 'COMPLETED', response_status = $3, response_headers = $4, response_body = $5
  WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
 
+// Reconciliation and retention: never on the request path.
+
+/// `IdempotencyKeyCountStartedOlderThan`: committed `STARTED` rows, which the
+/// one-transaction design never leaves behind (see the module documentation).
+const COUNT_STARTED_OLDER_THAN: &str = "
+SELECT count(*) AS started FROM idempotency_keys
+ WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'";
+
+/// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
+/// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
+/// matched, whatever their age: they are alerted on and inspected by hand. A row a
+/// request is overwriting right now is locked by it and skipped.
+///
+/// The batch is deleted by `ctid` (a TID scan of exactly those rows, safe because the
+/// same statement holds their row locks). Joined on `(key, endpoint)` instead, the
+/// planner may hash-join the batch against every expired row: `make soak` caught that
+/// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
+/// table grew without bound.
+pub const DELETE_EXPIRED: &str = "
+DELETE FROM idempotency_keys
+ WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM idempotency_keys
+         WHERE status = 'COMPLETED' AND expires_at <= now()
+         ORDER BY expires_at
+         LIMIT $1
+           FOR UPDATE SKIP LOCKED))
+   AND status = 'COMPLETED'
+   AND expires_at <= now()";
+
 enum Reservation {
     Reserved {
         now: DateTime<Utc>,
@@ -211,6 +240,28 @@ impl IdempotencyStore {
         Ok(IdempotentOutcome::Executed(response))
     }
 
+    /// Committed `STARTED` keys older than `age` (reconciliation).
+    pub async fn count_started_older_than(
+        client: &impl GenericClient,
+        age: Duration,
+    ) -> Result<i64, StoreError> {
+        let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+        let statement = client.prepare_cached(COUNT_STARTED_OLDER_THAN).await?;
+        Ok(client
+            .query_one(&statement, &[&age_ms])
+            .await?
+            .try_get("started")?)
+    }
+
+    /// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
+    pub async fn delete_expired(
+        client: &impl GenericClient,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let statement = client.prepare_cached(DELETE_EXPIRED).await?;
+        Ok(client.execute(&statement, &[&limit]).await?)
+    }
+
     async fn reserve(
         &self,
         tx: &Transaction<'_>,
@@ -253,8 +304,12 @@ impl IdempotencyStore {
             return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
         }
         let response = StoredResponse {
-            status: u16::try_from(row.try_get::<_, i32>("response_status")?)
-                .map_err(|e| StoreError::Corrupt(format!("response_status: {e}")))?,
+            status: u16::try_from(row.try_get::<_, i32>("response_status")?).map_err(|e| {
+                StoreError::Decode {
+                    column: "response_status",
+                    reason: e.to_string(),
+                }
+            })?,
             headers: decode_headers(row.try_get("response_headers")?)?,
             body: row.try_get("response_body")?,
         };
@@ -286,8 +341,8 @@ async fn complete(
         )
         .await?;
     if updated != 1 {
-        return Err(StoreError::Corrupt(format!(
-            "completing an idempotency key updated {updated} rows"
+        return Err(StoreError::Invariant(format!(
+            "completing a reserved idempotency key updated {updated} rows"
         )));
     }
     Ok(())
@@ -303,69 +358,8 @@ fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
 }
 
 fn decode_headers(value: serde_json::Value) -> Result<Vec<(String, String)>, StoreError> {
-    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("response_headers: {e}")))
-}
-
-// ---------------------------------------------------------------------------------
-// Operators, reconciliation and retention: never on the request path.
-// ---------------------------------------------------------------------------------
-
-/// `IdempotencyKeyCountStartedOlderThan`: committed `STARTED` rows, which the
-/// one-transaction design never leaves behind (see the module documentation).
-const COUNT_STARTED_OLDER_THAN: &str = "
-SELECT count(*) FROM idempotency_keys
- WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'";
-
-/// `IdempotencyKeyPurgeTryLock`: at most one purger at a time; released at commit.
-const PURGE_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
-
-/// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
-/// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
-/// matched, whatever their age: they are alerted on and inspected by hand. A row a
-/// request is overwriting right now is locked by it and skipped.
-///
-/// The batch is deleted by `ctid` (a TID scan of exactly those rows, safe because the
-/// same statement holds their row locks). Joined on `(key, endpoint)` instead, the
-/// planner may hash-join the batch against every expired row: `make soak` caught that
-/// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
-/// table grew without bound.
-pub const DELETE_EXPIRED: &str = "
-DELETE FROM idempotency_keys
- WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM idempotency_keys
-         WHERE status = 'COMPLETED' AND expires_at <= now()
-         ORDER BY expires_at
-         LIMIT $1
-           FOR UPDATE SKIP LOCKED))
-   AND status = 'COMPLETED'
-   AND expires_at <= now()";
-
-/// The advisory lock key `IdempotencyKeyPurgeTryLock` takes ("idemkey\x01"); distinct
-/// from the outbox cleanup's, so the two retention jobs never wait for each other.
-pub const PURGE_LOCK_KEY: i64 = 0x6964_656d_6b65_7901;
-
-/// Rows for operators and reconciliation, never for the request path.
-pub async fn count_started_older_than(
-    client: &impl GenericClient,
-    age: Duration,
-) -> Result<i64, StoreError> {
-    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-    let statement = client.prepare_cached(COUNT_STARTED_OLDER_THAN).await?;
-    Ok(client.query_one(&statement, &[&age_ms]).await?.try_get(0)?)
-}
-
-/// Takes the purge lock for the caller's transaction; `false` if another runner
-/// holds it.
-pub async fn try_purge_lock(client: &impl GenericClient) -> Result<bool, StoreError> {
-    let statement = client.prepare_cached(PURGE_TRY_LOCK).await?;
-    Ok(client
-        .query_one(&statement, &[&PURGE_LOCK_KEY])
-        .await?
-        .try_get(0)?)
-}
-
-/// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
-pub async fn delete_expired(client: &impl GenericClient, limit: i64) -> Result<u64, StoreError> {
-    let statement = client.prepare_cached(DELETE_EXPIRED).await?;
-    Ok(client.execute(&statement, &[&limit]).await?)
+    serde_json::from_value(value).map_err(|e| StoreError::Decode {
+        column: "response_headers",
+        reason: e.to_string(),
+    })
 }

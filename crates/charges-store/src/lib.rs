@@ -1,6 +1,24 @@
-//! Everything SQL. One module per table (`idempotency_keys`, `charges`, `refunds`, `outbox`),
-//! each holding every statement that touches its table; the schema itself lives in
-//! the workspace's top-level `migrations/`, embedded here by refinery.
+//! Everything SQL: the Postgres pool, the embedded migrations, and one store per table.
+//!
+//! # Conventions
+//!
+//! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`),
+//!   holding every statement that touches that table; the schema itself lives in the
+//!   workspace's top-level `migrations/`, embedded by refinery.
+//! - **Statements are constants** at the top of their module, each documented with a
+//!   `TableVerb[Many]` name (`OutboxClaimPending`, `IdempotencyKeyDeleteExpired`), and
+//!   shaped for production only: `make bench` reads the same constants and follows
+//!   them, never the reverse.
+//! - **One store type per table** (`OutboxStore`, `ChargeStore`, …) with one `impl`
+//!   block. Its functions take `&impl GenericClient`: the caller owns the connection
+//!   or transaction, so one request's statements share one transaction.
+//!   `IdempotencyStore` also carries the request path's state (TTL, replay cache).
+//! - Statements are prepared with `prepare_cached`; parameters are always bound,
+//!   never formatted into SQL text.
+//! - **Columns are read by name** (`row.try_get("column")`), never by position, and
+//!   never with a panicking getter; computed columns get an `AS name`.
+//! - Every failure is a [`StoreError`]; [`StoreError::is_unavailable`] is the one
+//!   place that decides whether a caller may retry.
 
 pub mod charges;
 mod error;

@@ -8,27 +8,39 @@ mod embedded {
     refinery::embed_migrations!("../../migrations");
 }
 
-/// Serializes concurrent migrators (several API replicas started with `--migrate`, or a
-/// Job racing a replica): refinery itself takes no lock.
+/// Serializes concurrent migrators of this schema (several API replicas started with
+/// `--migrate`, or a Job racing a replica).
 const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7301; // "charges\x01"
 
 /// Applies every pending migration and returns the version the schema is now at.
 pub async fn run(pool: &Pool) -> Result<Option<i32>, StoreError> {
+    let applied = run_locked(pool, embedded::migrations::runner(), MIGRATION_LOCK).await?;
+    let version = current_version(pool).await?;
+    tracing::info!(applied, ?version, "migrations up to date");
+    Ok(version)
+}
+
+/// Runs `runner` (divergent history aborts) while holding the session advisory lock
+/// `lock`: refinery itself takes no lock, so two migrators would otherwise apply the
+/// same migration twice. Returns how many migrations were applied. Every schema
+/// with its own history (this crate's, the reference consumer's) migrates through here.
+pub async fn run_locked(
+    pool: &Pool,
+    runner: refinery::Runner,
+    lock: i64,
+) -> Result<usize, StoreError> {
     let mut client = pool.get().await?;
     client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .execute("SELECT pg_advisory_lock($1)", &[&lock])
         .await?;
-    let report = embedded::migrations::runner()
+    let report = runner
         .set_abort_divergent(true)
         .run_async(&mut **client)
         .await;
     client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .execute("SELECT pg_advisory_unlock($1)", &[&lock])
         .await?;
-    let applied = report?.applied_migrations().len();
-    let version = current_version(pool).await?;
-    tracing::info!(applied, ?version, "migrations up to date");
-    Ok(version)
+    Ok(report?.applied_migrations().len())
 }
 
 /// How the database's schema compares with the one these binaries were built for.
@@ -71,20 +83,23 @@ pub fn expected_version() -> Option<i32> {
 /// The highest version applied to the database, `None` on an empty database.
 pub async fn current_version(pool: &Pool) -> Result<Option<i32>, StoreError> {
     let client = pool.get().await?;
-    let exists = client
+    let exists: bool = client
         .query_one(
-            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL AS exists",
             &[],
         )
         .await?
-        .get::<_, bool>(0);
+        .try_get("exists")?;
     if !exists {
         return Ok(None);
     }
     Ok(client
-        .query_one("SELECT max(version) FROM refinery_schema_history", &[])
+        .query_one(
+            "SELECT max(version) AS version FROM refinery_schema_history",
+            &[],
+        )
         .await?
-        .get::<_, Option<i32>>(0))
+        .try_get("version")?)
 }
 
 /// deploy/sql/grants.sql, embedded: what the API's and the relay's roles may do.

@@ -7,46 +7,13 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-pub struct OutboxStore;
-
 /// `OutboxInsert`
 pub const INSERT: &str = "
 INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
 VALUES ($1, $2, $3, $4, $5)";
 
-impl OutboxStore {
-    /// Adds an event on the caller's transaction. `id` is the event id consumers
-    /// deduplicate on; `payload` is the event's JSON.
-    pub async fn insert(
-        client: &impl GenericClient,
-        id: Uuid,
-        aggregate_id: Uuid,
-        event_type: EventType,
-        payload: &serde_json::Value,
-        created_at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
-        let statement = client.prepare_cached(INSERT).await?;
-        client
-            .execute(
-                &statement,
-                &[
-                    &id,
-                    &aggregate_id,
-                    &event_type.as_str(),
-                    payload,
-                    &created_at,
-                ],
-            )
-            .await?;
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------------
-// The relay's statements. The relay claims rows by locking them (`FOR UPDATE SKIP
-// LOCKED`) inside one transaction that lives for one batch; see the charges-relay
-// crate documentation for why there is no "claimed" state and no rescuer.
-// ---------------------------------------------------------------------------------
+// The relay's statements. The claim is the batch transaction's row lock
+// (docs/design.md, "The relay").
 
 /// `OutboxClaimSetTimeouts`: bounds the claim transaction (`SET LOCAL`, so it ends
 /// with the transaction). Values are milliseconds as text.
@@ -57,7 +24,7 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
 /// Matches `outbox_pending_idx` (predicate and order).
 pub const CLAIM_PENDING: &str = "
-SELECT id, aggregate_id, event_type, payload::text, created_at, attempts
+SELECT id, aggregate_id, event_type, payload::text AS payload, created_at, attempts
 FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
@@ -86,9 +53,6 @@ FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[])
      AS f(id, error, retry_in_ms, dead)
 WHERE o.id = f.id
   AND o.published_at IS NULL";
-
-/// `OutboxCleanupTryLock`: at most one relay deletes at a time; released at commit.
-const CLEANUP_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
 
 /// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds.
 /// Pending and dead rows have `published_at IS NULL` and are never matched.
@@ -136,8 +100,8 @@ SELECT (SELECT count(*) FROM outbox
 /// commit of every INSERT statement (see migration V2).
 const LISTEN_PENDING: &str = "LISTEN outbox_pending";
 
-/// The advisory lock key `OutboxCleanupTryLock` takes ("outbox\x01\x02").
-pub const CLEANUP_LOCK_KEY: i64 = 0x6f75_7462_6f78_0102;
+/// Every statement on `outbox`; the caller owns the transaction.
+pub struct OutboxStore;
 
 /// A row the relay claimed and must publish.
 #[derive(Debug, Clone)]
@@ -175,6 +139,32 @@ pub struct DeadEvent {
 }
 
 impl OutboxStore {
+    /// Adds an event on the caller's transaction. `id` is the event id consumers
+    /// deduplicate on; `payload` is the event's JSON.
+    pub async fn insert(
+        client: &impl GenericClient,
+        id: Uuid,
+        aggregate_id: Uuid,
+        event_type: EventType,
+        payload: &serde_json::Value,
+        created_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        let statement = client.prepare_cached(INSERT).await?;
+        client
+            .execute(
+                &statement,
+                &[
+                    &id,
+                    &aggregate_id,
+                    &event_type.as_str(),
+                    payload,
+                    &created_at,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
     /// `SET LOCAL` the claim transaction's `idle_in_transaction_session_timeout` and
     /// `statement_timeout`, so that the server ends it even if the relay hangs.
     pub async fn set_claim_timeouts(
@@ -200,12 +190,12 @@ impl OutboxStore {
         rows.iter()
             .map(|row| {
                 Ok(PendingEvent {
-                    id: row.try_get(0)?,
-                    aggregate_id: row.try_get(1)?,
-                    event_type: row.try_get(2)?,
-                    payload: row.try_get(3)?,
-                    created_at: row.try_get(4)?,
-                    attempts: row.try_get(5)?,
+                    id: row.try_get("id")?,
+                    aggregate_id: row.try_get("aggregate_id")?,
+                    event_type: row.try_get("event_type")?,
+                    payload: row.try_get("payload")?,
+                    created_at: row.try_get("created_at")?,
+                    attempts: row.try_get("attempts")?,
                 })
             })
             .collect()
@@ -244,16 +234,6 @@ impl OutboxStore {
             .await?)
     }
 
-    /// Takes the cleanup lock for the caller's transaction; `false` if another relay
-    /// holds it.
-    pub async fn try_cleanup_lock(client: &impl GenericClient) -> Result<bool, StoreError> {
-        let statement = client.prepare_cached(CLEANUP_TRY_LOCK).await?;
-        Ok(client
-            .query_one(&statement, &[&CLEANUP_LOCK_KEY])
-            .await?
-            .try_get(0)?)
-    }
-
     /// Deletes up to `limit` rows published more than `older_than` ago.
     pub async fn delete_published(
         client: &impl GenericClient,
@@ -276,13 +256,13 @@ impl OutboxStore {
         rows.iter()
             .map(|row| {
                 Ok(DeadEvent {
-                    id: row.try_get(0)?,
-                    aggregate_id: row.try_get(1)?,
-                    event_type: row.try_get(2)?,
-                    attempts: row.try_get(3)?,
-                    last_error: row.try_get(4)?,
-                    created_at: row.try_get(5)?,
-                    dead_at: row.try_get(6)?,
+                    id: row.try_get("id")?,
+                    aggregate_id: row.try_get("aggregate_id")?,
+                    event_type: row.try_get("event_type")?,
+                    attempts: row.try_get("attempts")?,
+                    last_error: row.try_get("last_error")?,
+                    created_at: row.try_get("created_at")?,
+                    dead_at: row.try_get("dead_at")?,
                 })
             })
             .collect()
@@ -298,6 +278,23 @@ impl OutboxStore {
         let ids: Option<Vec<Uuid>> = ids.map(<[Uuid]>::to_vec);
         Ok(client.execute(&statement, &[&ids]).await?)
     }
+
+    pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, StoreError> {
+        let statement = client.prepare_cached(STATS).await?;
+        let row = client.query_one(&statement, &[]).await?;
+        Ok(OutboxStats {
+            pending: row.try_get("pending")?,
+            oldest_pending_age_seconds: row.try_get("oldest_pending_age_seconds")?,
+            dead: row.try_get("dead")?,
+        })
+    }
+
+    /// Subscribes `client`'s session to the insert notifications. The notifications
+    /// arrive on the client's connection future as `AsyncMessage::Notification`.
+    pub async fn listen(client: &tokio_postgres::Client) -> Result<(), StoreError> {
+        client.batch_execute(LISTEN_PENDING).await?;
+        Ok(())
+    }
 }
 
 /// The outbox's backlog, as the relay exports it.
@@ -308,25 +305,4 @@ pub struct OutboxStats {
     /// Age of the oldest pending row; 0 when nothing is pending.
     pub oldest_pending_age_seconds: f64,
     pub dead: i64,
-}
-
-impl OutboxStore {
-    pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, StoreError> {
-        let statement = client.prepare_cached(STATS).await?;
-        let row = client.query_one(&statement, &[]).await?;
-        Ok(OutboxStats {
-            pending: row.try_get("pending")?,
-            oldest_pending_age_seconds: row.try_get("oldest_pending_age_seconds")?,
-            dead: row.try_get("dead")?,
-        })
-    }
-}
-
-impl OutboxStore {
-    /// Subscribes `client`'s session to the insert notifications. The notifications
-    /// arrive on the client's connection future as `AsyncMessage::Notification`.
-    pub async fn listen(client: &tokio_postgres::Client) -> Result<(), StoreError> {
-        client.batch_execute(LISTEN_PENDING).await?;
-        Ok(())
-    }
 }

@@ -42,7 +42,7 @@ pub async fn connect(database_url: &str, settings: &PoolSettings) -> Result<Pool
 }
 
 fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
-    let mut pg: tokio_postgres::Config = database_url.parse()?;
+    let mut pg: tokio_postgres::Config = database_url.parse().map_err(StoreError::DatabaseUrl)?;
     pg.application_name(&settings.application_name);
     pg.connect_timeout(settings.acquire_timeout);
     pg.options(format!(
@@ -67,5 +67,5 @@ fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError
         .recycle_timeout(Some(settings.acquire_timeout))
         .runtime(Runtime::Tokio1)
         .build()
-        .map_err(|e| StoreError::Corrupt(format!("pool configuration: {e}")))
+        .map_err(StoreError::from)
 }

@@ -1,0 +1,188 @@
+//! The one runner every maintenance job goes through (see the crate documentation).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use charges_store::{Pool, StoreError, Transaction};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::metrics;
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The run is complete; `n` rows were affected by this step.
+    Done(u64),
+    /// `n` rows were affected and there may be more: run another step now.
+    More(u64),
+}
+
+/// A periodic maintenance job.
+pub trait Job: Send + Sync + 'static {
+    /// The `job` label and log field; `snake_case`.
+    fn name(&self) -> &'static str;
+
+    /// How often it runs.
+    fn interval(&self) -> Duration;
+
+    /// `Some(key)`: at most one process runs a step of this job at a time (the step's
+    /// transaction holds `pg_try_advisory_xact_lock(key)`; a busy lock skips the run).
+    fn lock_key(&self) -> Option<i64>;
+
+    /// One step, on its own transaction, which the runner commits.
+    fn step(&self, tx: &Transaction<'_>) -> impl Future<Output = Result<Step, StoreError>> + Send;
+}
+
+/// How one run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    Ran {
+        rows: u64,
+    },
+    /// Another process holds the job's lock.
+    Skipped,
+}
+
+/// Runs `job` once, step after step, until it is done, another process holds its
+/// lock, or `shutdown` is set (between steps: a step is never cut short). For one-shot
+/// commands and for the runner's timer alike; records the job's metrics.
+pub async fn run_once(
+    pool: &Pool,
+    job: &impl Job,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<RunOutcome, StoreError> {
+    let started = Instant::now();
+    let result = steps(pool, job, shutdown).await;
+    metrics::run_finished(job.name(), &result, started.elapsed());
+    result
+}
+
+async fn steps(
+    pool: &Pool,
+    job: &impl Job,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<RunOutcome, StoreError> {
+    let mut rows = 0;
+    loop {
+        let mut client = pool.get().await?;
+        let tx = client.transaction().await?;
+        if let Some(key) = job.lock_key()
+            && !try_lock(&tx, key).await?
+        {
+            tracing::debug!(job = job.name(), "another process is running this job");
+            return Ok(if rows == 0 {
+                RunOutcome::Skipped
+            } else {
+                RunOutcome::Ran { rows }
+            });
+        }
+        let step = job.step(&tx).await?;
+        tx.commit().await?;
+        match step {
+            Step::Done(n) => return Ok(RunOutcome::Ran { rows: rows + n }),
+            Step::More(n) => rows += n,
+        }
+        if *shutdown.borrow() {
+            return Ok(RunOutcome::Ran { rows });
+        }
+    }
+}
+
+/// `MaintenanceTryLock`: released when the step's transaction ends.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1) AS locked";
+
+async fn try_lock(tx: &Transaction<'_>, key: i64) -> Result<bool, StoreError> {
+    let statement = tx.prepare_cached(TRY_LOCK).await?;
+    Ok(tx.query_one(&statement, &[&key]).await?.try_get("locked")?)
+}
+
+/// A job's task ended, which only a bug can make it do.
+#[derive(Debug, thiserror::Error)]
+#[error("maintenance job {job} stopped: {reason}")]
+pub struct JobFailed {
+    pub job: &'static str,
+    pub reason: String,
+}
+
+/// Runs jobs on their intervals until shutdown.
+pub struct JobRunner {
+    pool: Pool,
+    shutdown: watch::Receiver<bool>,
+    tasks: JoinSet<()>,
+    names: Vec<(tokio::task::Id, &'static str)>,
+}
+
+impl JobRunner {
+    pub fn new(pool: Pool, shutdown: watch::Receiver<bool>) -> JobRunner {
+        JobRunner {
+            pool,
+            shutdown,
+            tasks: JoinSet::new(),
+            names: Vec::new(),
+        }
+    }
+
+    /// Starts `job`: a run now, then one every interval.
+    pub fn spawn(&mut self, job: impl Job) {
+        let name = job.name();
+        let pool = self.pool.clone();
+        let shutdown = self.shutdown.clone();
+        let handle = self.tasks.spawn(every_interval(pool, job, shutdown));
+        self.names.push((handle.id(), name));
+    }
+
+    /// Resolves when a job's task ends before shutdown, which means the process
+    /// should exit; pending forever otherwise.
+    pub async fn failed(&mut self) -> JobFailed {
+        loop {
+            let Some(ended) = self.tasks.join_next_with_id().await else {
+                return std::future::pending().await;
+            };
+            if *self.shutdown.borrow() {
+                continue;
+            }
+            let (id, reason) = match ended {
+                Ok((id, ())) => (id, "its task returned".to_owned()),
+                Err(e) => (e.id(), e.to_string()),
+            };
+            let job = self
+                .names
+                .iter()
+                .find(|(task, _)| *task == id)
+                .map_or("unknown", |(_, name)| name);
+            return JobFailed { job, reason };
+        }
+    }
+
+    /// After shutdown was signalled: waits for every job to finish its current step.
+    pub async fn join(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+async fn every_interval(pool: Pool, job: impl Job, mut shutdown: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(job.interval());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            changed = shutdown.changed() => if changed.is_err() { return },
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        match run_once(&pool, &job, &shutdown).await {
+            Ok(RunOutcome::Ran { rows }) if rows > 0 => {
+                tracing::info!(job = job.name(), rows, "maintenance job done");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                job = job.name(),
+                error = %charges_runtime::error_chain(&e),
+                retry_in = ?job.interval(),
+                "maintenance job failed"
+            ),
+        }
+    }
+}

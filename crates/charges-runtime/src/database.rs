@@ -1,0 +1,41 @@
+//! The database flags every binary takes, and the pool they describe.
+
+use std::path::PathBuf;
+
+use charges_store::{DatabaseTls, PoolSettings};
+
+/// `--database-url` and `--database-ca-file`, accepted before or after a subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseArgs {
+    /// Postgres connection URL. Never logged.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test",
+        hide_env_values = true,
+        global = true
+    )]
+    pub database_url: String,
+    /// PEM file of the certificate authorities the database server must chain to when the
+    /// URL says sslmode=require (default: the system's roots). With sslmode=require the
+    /// server's certificate and host name are always verified; prefer and disable are plain text.
+    #[arg(long, env = "DATABASE_CA_FILE", global = true)]
+    pub database_ca_file: Option<PathBuf>,
+}
+
+impl DatabaseArgs {
+    pub fn tls(&self) -> DatabaseTls {
+        DatabaseTls::new(self.database_ca_file.clone())
+    }
+
+    /// The default pool settings with this TLS configuration, `max_size` connections
+    /// and `application_name` (shown in `pg_stat_activity`).
+    pub fn pool_settings(&self, application_name: &str, max_size: usize) -> PoolSettings {
+        PoolSettings {
+            max_size,
+            application_name: application_name.to_owned(),
+            tls: self.tls(),
+            ..PoolSettings::default()
+        }
+    }
+}
