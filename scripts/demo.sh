@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make demo: the whole system on this machine, telling the article's story.
+# make demo: the whole system on this machine, end to end: an idempotent API and a
+# transactional outbox, with a relay killed between publish and mark.
 #
 # A fresh demo database (and a separate one for the consumer) on the local Postgres,
 # kafka-mock (librdkafka's in-memory cluster) unless KAFKA_BROKERS is set, charges-api,
@@ -74,15 +75,11 @@ else
 fi
 
 start api $bin/charges-api serve --database-url "$demo_url" --listen "127.0.0.1:$port"
-# Two relays on one machine need two metrics ports (the flag exists once metrics do).
+# Two relays on one machine need two metrics ports.
 relay_flags=(--database-url "$demo_url" --kafka-brokers "$brokers" --topic "$topic"
   --poll-interval 200ms --publish-timeout 2s)
 for n in 1 2; do
-  extra=()
-  if $bin/charges-relay --help 2>/dev/null | grep -q -- '--metrics-listen'; then
-    extra=(--metrics-listen "127.0.0.1:$((port + 10 + n))")
-  fi
-  start "relay-$n" $bin/charges-relay "${relay_flags[@]}" "${extra[@]}"
+  start "relay-$n" $bin/charges-relay "${relay_flags[@]}" --metrics-listen "127.0.0.1:$((port + 10 + n))"
 done
 start consumer $bin/charges-consumer --database-url "$ledger_url" --kafka-brokers "$brokers" \
   --topic "$topic" --group-id charges-ledger-demo --migrate
