@@ -10,7 +10,7 @@ export RUST_BACKTRACE ?= 0
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (cmake + libcurl headers for librdkafka, nextest, Postgres up).
+deps: ## Install what a fresh Debian machine lacks (once per machine; later only checks that Postgres is up).
 	@bash scripts/deps.sh
 
 build: deps ## Debug build of every binary (the tests start them).
@@ -47,9 +47,10 @@ fmt: ## Format everything.
 demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
 	@bash scripts/demo.sh
 
-bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load) and pgbench.
+bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench and jq.
 	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
 	@command -v pgbench >/dev/null 2>&1 || { echo "installing pgbench"; apt-get install -y -qq postgresql-contrib >/dev/null; }
+	@command -v jq >/dev/null 2>&1 || { echo "installing jq"; apt-get install -y -qq jq >/dev/null; }
 
 bench: bench-deps ## Throughput and latency against floors measured in the same run (never part of make test).
 	@bash scripts/bench.sh

@@ -10,11 +10,10 @@
 # Writes target/bench/latest.json and prints a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
-server_url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
-root="${server_url%/*}"
 db="charges_bench"
-url="$root/$db"
+url="$(database_url "$db")"
 seconds="${BENCH_SECONDS:-10}"
 relay_rows="${BENCH_RELAY_ROWS:-100000}"
 backlog="${BENCH_BACKLOG:-100000}"
@@ -36,9 +35,24 @@ field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | head -n 1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 fresh_database() {
-  psql "$server_url" -qX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+  recreate_database "$db"
   DATABASE_URL="$url" "$bin/charges-api" migrate >/dev/null 2>&1
 }
+# json NAME KEY=VALUE...: one result object; values that parse as JSON (numbers,
+# arrays) stay JSON, anything else is a string.
+json() {
+  local args=(--arg name "$1") pair; shift
+  for pair in "$@"; do
+    if jq -e . >/dev/null 2>&1 <<<"${pair#*=}"; then
+      args+=(--argjson "${pair%%=*}" "${pair#*=}")
+    else
+      args+=(--arg "${pair%%=*}" "${pair#*=}")
+    fi
+  done
+  jq -nc "${args[@]}" '$ARGS.named'
+}
+# drained WITHIN: waits until no outbox row is pending, at most WITHIN seconds.
+drained() { wait_until "$1" "the relay to publish every outbox row" sql_is "$url" 0 "SELECT count(*) FROM outbox WHERE published_at IS NULL"; }
 # The tables as a running system has them: BENCH_BACKLOG rows already there, statistics
 # current. Emptied tables are not neutral: with statistics that say "empty", Postgres
 # may cache generic plans that scan sequentially (the outbox foreign-key check on
@@ -68,8 +82,7 @@ start_api() {
     --db-pool-size "${BENCH_POOL:-32}" >"$out_dir/api.log" 2>&1 &
   api_pid=$!
   pids+=("$api_pid")
-  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return; sleep 0.1; done
-  echo "the API did not start" >&2; exit 1
+  wait_until 30 "the API to answer /readyz (log: $out_dir/api.log)" http_ok "http://127.0.0.1:$port/readyz"
 }
 
 run_wrk() { # clients script [env...]
@@ -124,7 +137,9 @@ for clients in 8 32; do
   all_api=$(printf '%s\n' "${api_runs[@]}" | awk '{printf "%s%.0f", (NR > 1 ? "," : ""), $1}')
   r=$(ratio "$api_rps" "$pg_tps")
   table_rows+=("new charges c=$clients|$api_rps req/s p50 ${api_p50}ms p99 ${api_p99}ms|pgbench $pg_tps tps p50 ${pg_p50}ms p99 ${pg_p99}ms|$r (target ≥ 0.8)")
-  json_rows+=("{\"name\":\"new_charges\",\"clients\":$clients,\"rounds\":$rounds,\"api_rps\":$api_rps,\"api_rps_rounds\":[$all_api],\"api_p50_ms\":$api_p50,\"api_p99_ms\":$api_p99,\"api_errors\":$errors,\"pgbench_tps\":$pg_tps,\"pgbench_tps_rounds\":[$all_pg],\"pgbench_p50_ms\":$pg_p50,\"pgbench_p99_ms\":$pg_p99,\"ratio\":$r}")
+  json_rows+=("$(json new_charges clients="$clients" rounds="$rounds" api_rps="$api_rps" api_rps_rounds="[$all_api]" \
+    api_p50_ms="$api_p50" api_p99_ms="$api_p99" api_errors="$errors" pgbench_tps="$pg_tps" \
+    pgbench_tps_rounds="[$all_pg]" pgbench_p50_ms="$pg_p50" pgbench_p99_ms="$pg_p99" ratio="$r")")
 done
 
 # 2. Replays vs the HTTP floor.
@@ -141,7 +156,7 @@ for clients in 8 32; do
   floor_rps=$(awk -v n="$(field requests <<<"$line")" -v s="$(field seconds <<<"$line")" 'BEGIN { printf "%.1f", n / s }')
   r=$(ratio "$rep_rps" "$floor_rps")
   table_rows+=("replays c=$clients|$rep_rps req/s p99 ${rep_p99}ms|GET /healthz $floor_rps req/s|$r (target ≥ 0.5)")
-  json_rows+=("{\"name\":\"replays\",\"clients\":$clients,\"replay_rps\":$rep_rps,\"replay_p99_ms\":$rep_p99,\"healthz_rps\":$floor_rps,\"ratio\":$r}")
+  json_rows+=("$(json replays clients="$clients" replay_rps="$rep_rps" replay_p99_ms="$rep_p99" healthz_rps="$floor_rps" ratio="$r")")
 done
 kill -TERM "$api_pid"; wait "$api_pid" 2>/dev/null || true
 
@@ -150,7 +165,6 @@ coproc KAFKA { exec "$bin/kafka-mock" --topic charges.events --partitions 6; }
 pids+=("$KAFKA_PID")
 read -r line <&"${KAFKA[0]}"
 brokers="${line#bootstrap=}"
-"$bin/kafka-mock" --help >/dev/null
 fill_outbox() {
   empty_tables
   psql_db -c "
@@ -173,7 +187,8 @@ drain_with() { # workers → seconds
       --batch-size "$batch" --concurrency "$concurrency" --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
     relay_pids+=($!); pids+=($!)
   done
-  while [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" != "0" ]; do sleep 0.2; done
+  # Bounded, so that a relay that fails to start stops the bench instead of hanging it.
+  drained 600
   psql_db -c "SELECT round((extract(epoch FROM max(published_at)) - $started)::numeric, 3) FROM outbox"
   kill -TERM "${relay_pids[@]}"; wait "${relay_pids[@]}" 2>/dev/null || true
 }
@@ -203,7 +218,8 @@ for workers in 1 2; do
   target=""; [ "$workers" = 2 ] && target=" (target ≥ 0.8)"
   table_rows+=("relay $workers worker(s)|$eps events/s|raw producer $raw_eps events/s|$r$target")
   table_rows+=("  same, vs its SQL|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql")
-  json_rows+=("{\"name\":\"relay_throughput\",\"workers\":$workers,\"rows\":$relay_rows,\"batch_size\":$batch,\"concurrency\":$concurrency,\"events_per_s\":$eps,\"raw_producer_events_per_s\":$raw_eps,\"ratio\":$r,\"sql_floor_rows_per_s\":$sql_eps,\"ratio_to_sql_floor\":$r_sql}")
+  json_rows+=("$(json relay_throughput workers="$workers" rows="$relay_rows" batch_size="$batch" concurrency="$concurrency" \
+    events_per_s="$eps" raw_producer_events_per_s="$raw_eps" ratio="$r" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql")")
 done
 
 # 4. Commit-to-ack latency: published_at (set right after the ack) - created_at (the
@@ -211,16 +227,17 @@ done
 latency_run() { # label
   empty_tables
   start_api
-  RUST_LOG=warn "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
-    --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+  local log="$out_dir/relay-latency-$1.log"
+  RUST_LOG=warn,charges_relay=info "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
+    --metrics-listen 127.0.0.1:0 >"$log" 2>&1 &
   local relay=$!; pids+=("$relay")
-  sleep 1
+  wait_until 30 "the relay to start (log: $log)" grep -q "relay started" "$log"
   for _ in $(seq 1 "$latency_events"); do
     curl -s -o /dev/null -X POST "http://127.0.0.1:$port/charges" -H 'Content-Type: application/json' \
       -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" -d '{"amountCents":4900}'
     sleep 0.02
   done
-  while [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" != "0" ]; do sleep 0.2; done
+  drained 60
   kill -TERM "$relay" "$api_pid"; wait "$relay" "$api_pid" 2>/dev/null || true
   psql_db -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::numeric, 1),
                      round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::numeric, 1)
@@ -233,14 +250,12 @@ log "commit-to-ack with polling only (1 s)"
 read -r poll_p50 poll_p99 < <(latency_run polling)
 psql_db -c "ALTER TABLE outbox ENABLE TRIGGER outbox_notify_pending" >/dev/null
 table_rows+=("commit→ack NOTIFY|p50 ${notify_p50}ms p99 ${notify_p99}ms|polling p50 ${poll_p50}ms p99 ${poll_p99}ms|p99 target < 50ms")
-json_rows+=("{\"name\":\"commit_to_ack\",\"events\":$latency_events,\"notify_p50_ms\":$notify_p50,\"notify_p99_ms\":$notify_p99,\"polling_p50_ms\":$poll_p50,\"polling_p99_ms\":$poll_p99}")
+json_rows+=("$(json commit_to_ack events="$latency_events" notify_p50_ms="$notify_p50" notify_p99_ms="$notify_p99" polling_p50_ms="$poll_p50" polling_p99_ms="$poll_p99")")
 
 machine="$(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(psql "$server_url" -qtAX -c 'SHOW server_version')"
-{
-  printf '{"date":"%s","machine":"%s","seconds_per_run":%s,"results":[' "$(date -u +%FT%TZ)" "$machine" "$seconds"
-  (IFS=,; printf '%s' "${json_rows[*]}")
-  printf ']}\n'
-} >"$out_dir/latest.json"
+printf '%s\n' "${json_rows[@]}" | jq -s --arg date "$(date -u +%FT%TZ)" --arg machine "$machine" \
+  --argjson seconds "$seconds" '{date: $date, machine: $machine, seconds_per_run: $seconds, results: .}' \
+  >"$out_dir/latest.json"
 printf '\n%-20s | %-40s | %-44s | %s\n' "benchmark" "project" "floor (same run)" "ratio"
 for row in "${table_rows[@]}"; do
   IFS='|' read -r a b c d <<<"$row"

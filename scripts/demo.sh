@@ -10,13 +10,12 @@
 # the consumer applies it once. Everything started here is stopped on exit and Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
-server_url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
-root="${server_url%/*}"
 demo_db="charges_demo"
 ledger_db="charges_demo_ledger"
-demo_url="$root/$demo_db"
-ledger_url="$root/$ledger_db"
+demo_url="$(database_url "$demo_db")"
+ledger_url="$(database_url "$ledger_db")"
 port="${DEMO_PORT:-18080}"
 api="http://127.0.0.1:$port"
 bin=target/debug
@@ -36,14 +35,10 @@ note() { printf '   %s\n' "$*"; }
 fail() { printf '\033[31mdemo failed: %s\033[0m\n   logs: %s\n' "$*" "$logs" >&2; exit 1; }
 sql() { psql "$demo_url" -qtAX -c "$1"; }
 ledger_sql() { psql "$ledger_url" -qtAX -c "$1"; }
-# wait_for DESCRIPTION SECONDS COMMAND...: polls until COMMAND succeeds.
+# wait_for DESCRIPTION SECONDS COMMAND...: polls until COMMAND succeeds, or fails the demo.
 wait_for() {
   local what="$1" limit="$2"; shift 2
-  local deadline=$((SECONDS + limit))
-  until "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out waiting for $what"
-    sleep 0.1
-  done
+  ( wait_until "$limit" "$what" "$@" ) 2>/dev/null || fail "timed out waiting for $what"
 }
 start() { # start NAME COMMAND...: background process, logs in $logs/NAME.log
   local name="$1"; shift
@@ -51,13 +46,9 @@ start() { # start NAME COMMAND...: background process, logs in $logs/NAME.log
   pids[$name]=$!
 }
 logged() { grep -q -- "$2" "$logs/$1.log"; }
-# is URL EXPECTED QUERY: the query's single value is EXPECTED (for wait_for, re-run each poll).
-is() { [ "$(psql "$1" -qtAX -c "$3")" = "$2" ]; }
 
 say "fresh databases: $demo_db (API + outbox) and $ledger_db (the consumer's own)"
-for db in "$demo_db" "$ledger_db"; do
-  PGOPTIONS="-c client_min_messages=warning" psql "$server_url" -qX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
-done
+for db in "$demo_db" "$ledger_db"; do recreate_database "$db"; done
 DATABASE_URL="$demo_url" $bin/charges-api migrate >"$logs/migrate.log" 2>&1 || fail "charges-api migrate"
 note "migrated by \`charges-api migrate\`; the consumer migrates its own schema (--migrate)"
 
@@ -136,8 +127,8 @@ say "5. refund 900 of charge $charge"
 request POST "/charges/$charge/refunds" "$(uuid)" '{"amountCents":900}'
 
 say "the relays publish, the consumer applies"
-wait_for "every outbox row published" 20 is "$demo_url" 0 "SELECT count(*) FROM outbox WHERE published_at IS NULL"
-wait_for "the consumer to apply 3 events" 20 is "$ledger_url" 3 "SELECT count(*) FROM processed_events"
+wait_for "every outbox row published" 20 sql_is "$demo_url" 0 "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+wait_for "the consumer to apply 3 events" 20 sql_is "$ledger_url" 3 "SELECT count(*) FROM processed_events"
 note "3 events published and applied"
 
 say "6. a relay dies between the broker's ack and its mark"
@@ -151,7 +142,7 @@ victim_charge=$(request POST /charges "$(uuid)" '{"amountCents":2500,"currency":
 event=$(sql "SELECT id FROM outbox WHERE aggregate_id = '$victim_charge'")
 note "charge $victim_charge → outbox event $event"
 wait_for "the consumer to see event $event" 20 \
-  is "$ledger_url" 1 "SELECT count(*) FROM processed_events WHERE event_id = '$event'"
+  sql_is "$ledger_url" 1 "SELECT count(*) FROM processed_events WHERE event_id = '$event'"
 note "the broker acknowledged it and the consumer applied it; the relay's mark hangs"
 # Which relay holds it: the Postgres backend running the hanging UPDATE knows its client's port.
 client_port=$(sql "SELECT client_port FROM pg_stat_activity
@@ -168,7 +159,7 @@ note "kill -9 $victim (pid $victim_pid): acknowledged, never marked"
 note "its transaction ends at the relay's statement_timeout; then the row is free again"
 psql "$demo_url" -qX -c "DROP TRIGGER demo_hang ON outbox" >/dev/null
 wait_for "the surviving relay to mark the event" 30 \
-  is "$demo_url" t "SELECT published_at IS NOT NULL FROM outbox WHERE id = '$event'"
+  sql_is "$demo_url" t "SELECT published_at IS NOT NULL FROM outbox WHERE id = '$event'"
 wait_for "the consumer to skip the second copy" 20 grep -q "duplicate event skipped id=$event" "$logs/consumer.log"
 note "the surviving relay published it again and marked it; the consumer skipped the copy:"
 grep "duplicate event skipped id=$event" "$logs/consumer.log" | sed 's/^/   consumer: /' | head -n 1

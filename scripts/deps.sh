@@ -1,7 +1,27 @@
 #!/usr/bin/env bash
 # Installs what building and testing need on a fresh Debian machine, and makes sure the
 # local Postgres is running. Idempotent: a machine that has everything is left alone.
+#
+# The full check (apt, pip, rustup, cargo install) runs once per machine and version of
+# this script: a stamp under ~/.cache remembers it. Later calls (every `make test`) only
+# check that the tools are still there and that Postgres is up. CHARGES_DEPS_FORCE=1
+# runs the full check anyway.
 set -euo pipefail
+
+ensure_postgres() {
+  if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    echo "deps: starting Postgres"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+}
+
+stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
+if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
+  && command -v cmake pg_isready cargo-nextest >/dev/null 2>&1; then
+  ensure_postgres
+  exit 0
+fi
 
 need_apt=()
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
@@ -45,8 +65,5 @@ if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('schema
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "schemathesis==$schemathesis_version"
 fi
 
-if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  echo "deps: starting Postgres"
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
-  for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
-fi
+ensure_postgres
+mkdir -p "$(dirname "$stamp")" && touch "$stamp"

@@ -6,11 +6,10 @@
 # bounded in rows and on disk, memory stays flat, nothing is left pending.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
-server_url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
-root="${server_url%/*}"
 db="charges_soak"
-url="$root/$db"
+url="$(database_url "$db")"
 seconds="${SOAK_SECONDS:-600}"
 port="${SOAK_PORT:-18091}"
 out_dir="target/bench"
@@ -26,7 +25,7 @@ psql_db() { psql "$url" -qtAX "$@"; }
 rss_kb() { ps -o rss= -p "$1" | tr -d ' '; }
 
 cargo build --release --bins -q
-psql "$server_url" -qX -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+recreate_database "$db"
 DATABASE_URL="$url" "$bin/charges-api" migrate >/dev/null 2>&1
 
 coproc KAFKA { exec "$bin/kafka-mock" --topic charges.events --partitions 6; }
@@ -44,7 +43,7 @@ for i in 1 2; do
     >"$out_dir/soak-relay-$i.log" 2>&1 &
   relays+=($!); pids+=($!)
 done
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.1; done
+wait_until 30 "the API to answer /readyz (log: $out_dir/soak-api.log)" http_ok "http://127.0.0.1:$port/readyz"
 
 # outbox and idempotency_keys are queue tables: every row is inserted, updated and
 # deleted within a minute here, and only vacuum makes their space reusable. Where the
@@ -73,7 +72,8 @@ done
 wait "$load" || true
 result=$(grep '^BENCH' "$out_dir/soak-wrk.txt")
 echo "$result"
-for _ in $(seq 1 150); do [ "$(psql_db -c "SELECT count(*) FROM outbox WHERE published_at IS NULL")" = 0 ] && break; sleep 0.2; done
+# The verdict below reports whatever is still pending; waiting longer would only hide it.
+( wait_until 30 "the relays to drain the outbox" sql_is "$url" 0 "SELECT count(*) FROM outbox WHERE published_at IS NULL" ) || true
 
 fail=0
 server_errors=$(sed -n 's/.*server_errors=\([0-9]*\).*/\1/p' <<<"$result")

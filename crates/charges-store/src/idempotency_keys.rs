@@ -92,7 +92,7 @@ pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
 /// next holder's statement sees the committed row and replays it.
 ///
 /// A completed key past `expires_at` is overwritten: an expired key is a new key. A
-/// committed `STARTED` row is never overwritten, whatever its age (see the README).
+/// committed `STARTED` row is never overwritten, whatever its age (docs/design.md).
 /// The `existing` join reads the row as it was before this statement, which is what
 /// the caller needs when nothing was reserved.
 pub const RESERVE: &str = "
