@@ -24,11 +24,11 @@ GRANT UPDATE (request_hash, status, response_status, response_headers, response_
               created_at, expires_at)
    ON idempotency_keys TO charges_api;
 
--- ChargeInsert / ChargeInsertOwned, ChargeGet, ChargeLockForRefund (FOR UPDATE),
--- ChargeAddRefunded: the refunded total is the only thing the API ever changes on a
+-- ChargeInsert, ChargeGet, ChargeLockForRefund (FOR UPDATE), ChargeAddRefunded: the
+-- refunded total and the event sequence are the only things the API ever changes on a
 -- charge; it never deletes one.
 GRANT SELECT, INSERT ON charges TO charges_api;
-GRANT UPDATE (refunded_cents) ON charges TO charges_api;
+GRANT UPDATE (refunded_cents, event_sequence) ON charges TO charges_api;
 
 -- RefundInsert, RefundListForCharge.
 GRANT SELECT, INSERT ON refunds TO charges_api;
@@ -48,7 +48,7 @@ GRANT SELECT ON refinery_schema_history TO charges_api;
 -- OutboxDeletePublished (retention). Only the delivery bookkeeping may change: the
 -- relay can never rewrite an event's id, aggregate, type or payload.
 GRANT SELECT, DELETE ON outbox TO charges_relay;
-GRANT UPDATE (published_at, next_attempt_at, attempts, last_error, dead_at)
+GRANT UPDATE (published_at, next_attempt_at, attempts, rejections, last_error, dead_at)
    ON outbox TO charges_relay;
 
 -- IdempotencyKeyDeleteExpired (`purge` and the periodic retention) and

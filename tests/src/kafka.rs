@@ -1,10 +1,11 @@
-//! A Kafka for one test: a topic of its own on librdkafka's in-process mock cluster, or
-//! on the real broker at `KAFKA_BROKERS` when that is set. Read back with a consumer
-//! that `assign()`s every partition from the beginning (no consumer group, so no
-//! rebalance wait).
+//! A Kafka for one test: a topic of its own on librdkafka's in-process mock cluster, on
+//! a tansu broker of the test's own ([`TestKafka::tansu`]), or on the real broker at
+//! `KAFKA_BROKERS` when that is set. Read back with a consumer that `assign()`s every
+//! partition from the beginning (no consumer group, so no rebalance wait).
 //!
-//! Fault injection (`broker_down`, `request_errors`) only exists on the mock:
-//! [`TestKafka::mock`] is `None` against a real broker, and tests that need it skip.
+//! Outages ([`TestKafka::refuse`], [`TestKafka::hang`], [`TestKafka::restore`]) work on
+//! the mock and on tansu. Request-level fault injection (`request_errors`) only exists
+//! on the mock: [`TestKafka::mock`] is `None` otherwise, and tests that need it skip.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,55 +20,54 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::{Offset, TopicPartitionList};
 use uuid::Uuid;
 
+use crate::tansu::TestTansu;
+
 pub type Mock = MockCluster<'static, DefaultProducerContext>;
 
+fn new_topic_name() -> String {
+    format!("relay-test-{}", Uuid::new_v4().simple())
+}
+
+/// The broker behind a [`TestKafka`].
+enum Broker {
+    Mock(Mock),
+    Tansu(TestTansu),
+    /// `KAFKA_BROKERS`: someone else's, no fault injection.
+    External,
+}
+
 /// One topic for one test. Keep it alive for as long as any client (the relay
-/// process included) talks to it: dropping the mock cluster stops its brokers.
+/// process included) talks to it: dropping it stops the mock cluster or tansu.
 pub struct TestKafka {
-    mock: Option<Mock>,
+    broker: Broker,
     pub bootstrap: String,
     pub topic: String,
     pub partitions: i32,
 }
 
+/// Which broker a test runs against, for tests that run on both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    Mock,
+    Tansu,
+}
+
 impl TestKafka {
-    /// A fresh topic with `partitions` partitions.
+    /// A fresh topic with `partitions` partitions: on `KAFKA_BROKERS` when set, else
+    /// on librdkafka's mock cluster.
     pub async fn new(partitions: i32) -> TestKafka {
-        let topic = format!("relay-test-{}", Uuid::new_v4().simple());
         match std::env::var("KAFKA_BROKERS") {
             Ok(bootstrap) if !bootstrap.is_empty() => {
-                let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-                    .set("bootstrap.servers", &bootstrap)
-                    .create()
-                    .expect("Kafka admin client");
-                let results = admin
-                    .create_topics(
-                        &[NewTopic::new(
-                            &topic,
-                            partitions,
-                            TopicReplication::Fixed(1),
-                        )],
-                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-                    )
-                    .await
-                    .expect("create topic");
-                for result in results {
-                    result.unwrap_or_else(|(name, e)| panic!("create topic {name}: {e}"));
-                }
-                TestKafka {
-                    mock: None,
-                    bootstrap,
-                    topic,
-                    partitions,
-                }
+                Self::on_real_broker(Broker::External, bootstrap, partitions).await
             }
             _ => {
+                let topic = new_topic_name();
                 let mock = MockCluster::new(1).expect("start the Kafka mock cluster");
                 mock.create_topic(&topic, partitions, 1)
                     .expect("create topic on the mock cluster");
                 TestKafka {
                     bootstrap: mock.bootstrap_servers(),
-                    mock: Some(mock),
+                    broker: Broker::Mock(mock),
                     topic,
                     partitions,
                 }
@@ -75,9 +75,96 @@ impl TestKafka {
         }
     }
 
+    /// A fresh topic on a tansu broker of this test's own.
+    pub async fn tansu(partitions: i32) -> TestKafka {
+        let tansu = TestTansu::start().await;
+        let bootstrap = tansu.bootstrap();
+        Self::on_real_broker(Broker::Tansu(tansu), bootstrap, partitions).await
+    }
+
+    /// [`TestKafka::new`] for the mock, [`TestKafka::tansu`] for tansu.
+    pub async fn of(kind: BrokerKind, partitions: i32) -> TestKafka {
+        match kind {
+            BrokerKind::Mock => Self::new(partitions).await,
+            BrokerKind::Tansu => Self::tansu(partitions).await,
+        }
+    }
+
+    async fn on_real_broker(broker: Broker, bootstrap: String, partitions: i32) -> TestKafka {
+        let topic = new_topic_name();
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .expect("Kafka admin client");
+        let results = admin
+            .create_topics(
+                &[NewTopic::new(
+                    &topic,
+                    partitions,
+                    TopicReplication::Fixed(1),
+                )],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .expect("create topic");
+        for result in results {
+            result.unwrap_or_else(|(name, e)| panic!("create topic {name}: {e}"));
+        }
+        TestKafka {
+            broker,
+            bootstrap,
+            topic,
+            partitions,
+        }
+    }
+
     /// The mock cluster, for fault injection; `None` against a real broker.
     pub fn mock(&self) -> Option<&Mock> {
-        self.mock.as_ref()
+        match &self.broker {
+            Broker::Mock(mock) => Some(mock),
+            _ => None,
+        }
+    }
+
+    /// The broker refuses connections (and drops the open ones) until [`restore`].
+    ///
+    /// [`restore`]: TestKafka::restore
+    pub fn refuse(&self) {
+        match &self.broker {
+            Broker::Mock(mock) => mock.broker_down(1).expect("mock broker down"),
+            Broker::Tansu(tansu) => tansu.proxy.refuse(),
+            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+        }
+    }
+
+    /// The broker keeps its connections but answers nothing until [`restore`].
+    ///
+    /// [`restore`]: TestKafka::restore
+    pub fn hang(&self) {
+        match &self.broker {
+            // Every answer an hour late is no answer, as far as any timeout is concerned.
+            Broker::Mock(mock) => mock
+                .broker_round_trip_time(1, Duration::from_secs(3600))
+                .expect("mock broker rtt"),
+            Broker::Tansu(tansu) => tansu.hang(),
+            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+        }
+    }
+
+    /// Undoes [`TestKafka::refuse`] and [`TestKafka::hang`].
+    pub fn restore(&self) {
+        match &self.broker {
+            Broker::Mock(mock) => {
+                mock.broker_round_trip_time(1, Duration::ZERO)
+                    .expect("mock broker rtt");
+                mock.broker_up(1).expect("mock broker up");
+            }
+            Broker::Tansu(tansu) => {
+                tansu.resume();
+                tansu.proxy.pass();
+            }
+            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+        }
     }
 
     /// A reader of this topic from its first offset.

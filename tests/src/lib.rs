@@ -7,6 +7,8 @@
 
 pub mod cluster;
 pub mod kafka;
+pub mod proxy;
+pub mod tansu;
 
 use std::path::PathBuf;
 use std::process::Stdio;

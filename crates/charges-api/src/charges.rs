@@ -3,11 +3,11 @@
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{
-    Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, Fingerprint,
+    Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, FIRST_SEQUENCE, Fingerprint,
 };
 use charges_store::{
-    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoreError, StoredResponse,
-    Transaction,
+    ChargeStore, IdempotentOperation, NewEvent, OutboxStore, RefundStore, StoreError,
+    StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -58,20 +58,21 @@ impl IdempotentOperation for CreateChargeOperation {
         };
         let event = ChargeCreated::new(Uuid::now_v7(), &charge);
         let payload = to_json_value(&event)?;
+        let outbox_row = NewEvent {
+            id: event.event_id,
+            aggregate_id: charge.id,
+            event_type: EventType::ChargeCreated,
+            sequence: FIRST_SEQUENCE,
+            payload: &payload,
+            created_at: now,
+        };
         let body = to_json_string(&charge)?;
         // Both statements go out together (tokio-postgres pipelines concurrent queries
         // on one connection): one round trip instead of two. The outbox's reference
         // to the charge is checked at commit (V5), whatever order they arrive in.
         futures::try_join!(
             ChargeStore::insert(tx, &charge, self.owner.as_ref().map(ClientId::as_str)),
-            OutboxStore::insert(
-                tx,
-                event.event_id,
-                charge.id,
-                EventType::ChargeCreated,
-                &payload,
-                now,
-            ),
+            OutboxStore::insert(tx, &outbox_row),
         )?;
         Ok(StoredResponse {
             status: 201,

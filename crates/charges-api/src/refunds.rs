@@ -4,8 +4,8 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
 use charges_store::{
-    ChargeStore, IdempotentOperation, OutboxStore, RefundStore, StoreError, StoredResponse,
-    Transaction,
+    ChargeStore, IdempotentOperation, NewEvent, OutboxStore, RefundStore, StoreError,
+    StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -80,22 +80,25 @@ impl IdempotentOperation for CreateRefundOperation {
             currency: charge.currency,
             created_at: now,
         };
-        // The row lock makes the new total known in advance, so the three writes go out
-        // together in one round trip; the total the database computed is checked.
+        // The row lock makes the new total and the event's sequence known in advance,
+        // so the three writes go out together in one round trip; the total the
+        // database computed is checked.
         let refunded_cents = charge.refunded_cents + amount_cents;
-        let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents);
+        let sequence = charge.event_sequence + 1;
+        let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents, sequence);
         let payload = to_json_value(&event)?;
+        let outbox_row = NewEvent {
+            id: event.event_id,
+            aggregate_id: charge_id,
+            event_type: EventType::ChargeRefunded,
+            sequence,
+            payload: &payload,
+            created_at: now,
+        };
         let (stored_total, (), ()) = futures::try_join!(
-            ChargeStore::add_refunded(tx, charge_id, amount_cents),
+            ChargeStore::add_refunded(tx, charge_id, amount_cents, sequence),
             RefundStore::insert(tx, &refund),
-            OutboxStore::insert(
-                tx,
-                event.event_id,
-                charge_id,
-                EventType::ChargeRefunded,
-                &payload,
-                now,
-            ),
+            OutboxStore::insert(tx, &outbox_row),
         )?;
         if stored_total != refunded_cents {
             return Err(StoreError::Invariant(format!(

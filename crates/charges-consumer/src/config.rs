@@ -9,12 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// (header `id`) goes into an inbox table in the same transaction as the effect, and the
 /// Kafka offset is committed only after that transaction. Runs until SIGTERM or SIGINT.
 #[derive(Debug, Parser)]
-#[command(
-    name = "charges-consumer",
-    version,
-    args_conflicts_with_subcommands = true,
-    args_override_self = true
-)]
+#[command(name = "charges-consumer", version, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -32,6 +27,23 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+impl Cli {
+    /// Parses the command line (or `args`) and refuses consumer-loop flags next to a
+    /// subcommand (usage error, exit code 2).
+    pub fn parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command();
+        let matches = command.clone().try_get_matches_from(args)?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        charges_runtime::cli::reject_loop_flags_with_subcommand::<RunArgs>(&command, &matches)?;
+        Ok(cli)
+    }
 }
 
 #[derive(Debug, Subcommand)]

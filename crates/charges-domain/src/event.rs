@@ -20,13 +20,21 @@ impl EventType {
     }
 }
 
+/// The `sequence` of a charge's `ChargeCreated`: its first event.
+pub const FIRST_SEQUENCE: i64 = 1;
+
 /// The payload of a `ChargeCreated` outbox row and Kafka message. `eventId` equals the
-/// outbox id, which is what consumers deduplicate on.
+/// outbox id, which is what consumers deduplicate on; `sequence` is the event's place
+/// among its charge's events (1, 2, 3 … in commit order).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChargeCreated {
     pub event_id: Uuid,
     pub charge_id: Uuid,
+    /// Always set by this code; absent only from events written before it (decoded
+    /// as `None`).
+    #[serde(default)]
+    pub sequence: Option<i64>,
     pub amount_cents: i32,
     pub currency: String,
     pub occurred_at: DateTime<Utc>,
@@ -37,6 +45,7 @@ impl ChargeCreated {
         ChargeCreated {
             event_id,
             charge_id: charge.id,
+            sequence: Some(FIRST_SEQUENCE),
             amount_cents: charge.amount_cents,
             currency: charge.currency.clone(),
             occurred_at: charge.created_at,
@@ -50,6 +59,10 @@ impl ChargeCreated {
 pub struct ChargeRefunded {
     pub event_id: Uuid,
     pub charge_id: Uuid,
+    /// The event's place among its charge's events (ChargeCreated is 1); absent only
+    /// from events written before sequences existed.
+    #[serde(default)]
+    pub sequence: Option<i64>,
     pub refund_id: Uuid,
     pub amount_cents: i32,
     pub currency: String,
@@ -59,10 +72,11 @@ pub struct ChargeRefunded {
 }
 
 impl ChargeRefunded {
-    pub fn new(event_id: Uuid, refund: &Refund, refunded_cents: i32) -> Self {
+    pub fn new(event_id: Uuid, refund: &Refund, refunded_cents: i32, sequence: i64) -> Self {
         ChargeRefunded {
             event_id,
             charge_id: refund.charge_id,
+            sequence: Some(sequence),
             refund_id: refund.id,
             amount_cents: refund.amount_cents,
             currency: refund.currency.clone(),

@@ -1,14 +1,16 @@
-//! The one-shot commands: `charges-relay dead list|requeue` and `charges-relay purge`.
+//! The one-shot commands: `charges-relay dead list|show|requeue` and `charges-relay purge`.
 
 use std::io::Write;
 
 use charges_maintenance::{ExpiredKeyPurger, RunOutcome};
 use charges_runtime::DatabaseArgs;
-use charges_store::{DeadEvent, OutboxStore, Pool};
+use charges_store::{DeadEvent, GenericClient, OutboxStore, Pool};
 use tokio::sync::watch;
+use uuid::Uuid;
 
 use crate::RelayError;
-use crate::config::{DeadAction, DeadArgs};
+use crate::config::{DeadAction, DeadArgs, RequeueArgs};
+use crate::failure::{FailureKind, kind_of_stored_error};
 
 async fn connect(database: &DatabaseArgs, application_name: &str) -> Result<Pool, RelayError> {
     Ok(charges_store::connect(
@@ -41,31 +43,91 @@ pub async fn purge(database: &DatabaseArgs) -> Result<(), RelayError> {
     out(format_args!("deleted {deleted} expired idempotency keys\n"))
 }
 
-/// `charges-relay dead list|requeue`.
+/// Why a `dead` command refused to act.
+#[derive(Debug, thiserror::Error)]
+pub enum DeadCommandError {
+    #[error("not dead (unknown, pending or published), so nothing was done: {0}")]
+    NotDead(String),
+}
+
+/// `charges-relay dead list|show|requeue`.
 pub async fn dead(database: &DatabaseArgs, args: DeadArgs) -> Result<(), RelayError> {
     let pool = connect(database, "charges-relay-dead").await?;
-    let client = pool.get().await?;
+    let mut client = pool.get().await?;
     match args.action {
-        DeadAction::List { limit } => print_dead(&OutboxStore::list_dead(&client, limit).await?),
-        DeadAction::Requeue { id, all } => {
-            let ids = if all { None } else { Some(id.as_slice()) };
-            let requeued = OutboxStore::requeue_dead(&client, ids).await?;
-            out(format_args!("requeued {requeued} dead outbox rows\n"))
+        DeadAction::List { limit } => {
+            print_dead(&OutboxStore::list_dead(&client, limit, None).await?)
+        }
+        DeadAction::Show { id } => match OutboxStore::get_dead(&client, &[id]).await?.first() {
+            Some(row) => print_dead_row(row),
+            None => Err(DeadCommandError::NotDead(id.to_string()).into()),
+        },
+        DeadAction::Requeue(selection) => {
+            let tx = client.transaction().await?;
+            let ids = select_for_requeue(&tx, &selection).await?;
+            let requeued = OutboxStore::requeue_dead(&tx, &ids).await?;
+            tx.commit().await?;
+            for id in &requeued {
+                tracing::info!(%id, "requeued dead outbox row");
+            }
+            out(format_args!(
+                "requeued {} dead outbox rows\n",
+                requeued.len()
+            ))
         }
     }
 }
 
+/// The ids `dead requeue` takes. Named ids must all be dead: one that is not means a
+/// typo or a stale list, and nothing is requeued.
+async fn select_for_requeue(
+    client: &impl GenericClient,
+    selection: &RequeueArgs,
+) -> Result<Vec<Uuid>, RelayError> {
+    if !selection.id.is_empty() {
+        let dead: Vec<Uuid> = OutboxStore::get_dead(client, &selection.id)
+            .await?
+            .iter()
+            .map(|row| row.id)
+            .collect();
+        let missing: Vec<String> = selection
+            .id
+            .iter()
+            .filter(|id| !dead.contains(id))
+            .map(ToString::to_string)
+            .collect();
+        if !missing.is_empty() {
+            return Err(DeadCommandError::NotDead(missing.join(", ")).into());
+        }
+        return Ok(dead);
+    }
+    let rows =
+        OutboxStore::list_dead(client, i64::MAX, selection.last_error_like.as_deref()).await?;
+    Ok(rows
+        .iter()
+        .filter(|row| {
+            !selection.unavailable
+                || row.last_error.as_deref().and_then(kind_of_stored_error)
+                    == Some(FailureKind::Unavailable)
+        })
+        .map(|row| row.id)
+        .collect())
+}
+
 fn print_dead(rows: &[DeadEvent]) -> Result<(), RelayError> {
     out(format_args!(
-        "id\taggregate_id\tevent_type\tattempts\tcreated_at\tdead_at\tlast_error\n"
+        "id\taggregate_id\tevent_type\tsequence\tattempts\trejections\tcreated_at\tdead_at\tlast_error\n"
     ))?;
     for row in rows {
         out(format_args!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             row.id,
             row.aggregate_id,
             row.event_type,
+            row.sequence
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
             row.attempts,
+            row.rejections,
             row.created_at.to_rfc3339(),
             row.dead_at.to_rfc3339(),
             row.last_error
@@ -75,4 +137,21 @@ fn print_dead(rows: &[DeadEvent]) -> Result<(), RelayError> {
         ))?;
     }
     Ok(())
+}
+
+fn print_dead_row(row: &DeadEvent) -> Result<(), RelayError> {
+    out(format_args!(
+        "id:           {}\naggregate_id: {}\nevent_type:   {}\nsequence:     {}\nattempts:     {}\nrejections:   {}\ncreated_at:   {}\ndead_at:      {}\nlast_error:   {}\npayload:      {}\n",
+        row.id,
+        row.aggregate_id,
+        row.event_type,
+        row.sequence
+            .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        row.attempts,
+        row.rejections,
+        row.created_at.to_rfc3339(),
+        row.dead_at.to_rfc3339(),
+        row.last_error.as_deref().unwrap_or_default(),
+        row.payload,
+    ))
 }

@@ -10,12 +10,7 @@ use uuid::Uuid;
 /// Without a subcommand, runs the relay loop until SIGTERM or SIGINT. Any number of
 /// relays may run against one database: each claims a disjoint batch of rows.
 #[derive(Debug, Parser)]
-#[command(
-    name = "charges-relay",
-    version,
-    args_conflicts_with_subcommands = true,
-    args_override_self = true
-)]
+#[command(name = "charges-relay", version, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -52,9 +47,23 @@ pub enum MessageKey {
     /// events of one charge.
     OutboxId,
     /// The charge id: all events of one charge land on one partition, in publish
-    /// order; a hot charge makes a hot partition. Even so, order can break on a
-    /// retry, since a failed row is retried after its younger neighbours.
+    /// order; a hot charge makes a hot partition. Without --ordering per-aggregate,
+    /// order can still break on a retry, since a failed row is retried after its
+    /// younger neighbours.
     AggregateId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Ordering {
+    /// Rows are published oldest first but concurrently; a retried row goes out after
+    /// its younger neighbours. The fastest.
+    Unordered,
+    /// For every charge, its events reach the topic in the order their transactions
+    /// committed (first occurrences; a redelivered duplicate may come later): a row
+    /// is claimed only once every older event of its charge is published. Message key
+    /// = charge id. An event that waits for a retry, or is dead, holds back its
+    /// charge's later events, and only those.
+    PerAggregate,
 }
 
 #[derive(Debug, Args)]
@@ -67,16 +76,18 @@ pub struct RunArgs {
     #[arg(long, env = "KAFKA_TOPIC", default_value = "charges.events")]
     pub topic: String,
 
-    /// Message key. `outbox-id` (default) spreads load evenly but gives no per-charge
-    /// order; `aggregate-id` keeps one charge's events on one partition (ordered as
-    /// published), at the price of hot partitions for busy charges.
-    #[arg(
-        long,
-        env = "RELAY_MESSAGE_KEY",
-        value_enum,
-        default_value = "outbox-id"
-    )]
-    pub message_key: MessageKey,
+    /// Delivery order. `unordered` (default) publishes concurrently, oldest first;
+    /// `per-aggregate` publishes each charge's events in commit order (message key =
+    /// charge id), at the price of one event per charge per batch.
+    #[arg(long, env = "RELAY_ORDERING", value_enum, default_value = "unordered")]
+    pub ordering: Ordering,
+
+    /// Message key. `outbox-id` (the default without ordering) spreads load evenly but
+    /// gives no per-charge order; `aggregate-id` (always, with --ordering
+    /// per-aggregate) keeps one charge's events on one partition, at the price of hot
+    /// partitions for busy charges.
+    #[arg(long, env = "RELAY_MESSAGE_KEY", value_enum)]
+    pub message_key: Option<MessageKey>,
 
     /// CloudEvents `source` attribute (header `ce_source`).
     #[arg(long, env = "RELAY_EVENT_SOURCE", default_value = "urn:charges")]
@@ -104,7 +115,10 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_PUBLISH_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     pub publish_timeout: Duration,
 
-    /// Failed attempts after which a row is set dead and no longer claimed.
+    /// Rejections after which a row is set dead and no longer claimed: attempts the
+    /// broker refused the message itself (too large, invalid). Failures because the
+    /// broker was unavailable never count: a row waits for the broker however long it
+    /// takes.
     #[arg(long, env = "RELAY_MAX_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,
 
@@ -116,6 +130,12 @@ pub struct RunArgs {
     /// Largest retry delay cap.
     #[arg(long, env = "RELAY_BACKOFF_MAX", default_value = "5m", value_parser = humantime::parse_duration)]
     pub backoff_max: Duration,
+
+    /// While the broker is unavailable the relay claims nothing and probes the
+    /// broker's metadata instead, first after --backoff-base, then twice as long each
+    /// time, up to this.
+    #[arg(long, env = "RELAY_BROKER_PROBE_MAX", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub broker_probe_max: Duration,
 
     /// Published rows older than this are deleted (in small batches, by one relay at
     /// a time). Pending and dead rows are never deleted.
@@ -159,6 +179,38 @@ pub struct RunArgs {
     pub migrate: bool,
 }
 
+impl Cli {
+    /// Parses the command line (or `args`), then checks what clap cannot check flag by
+    /// flag. A failure is a usage error: exit code 2 with the flags named.
+    pub fn parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command();
+        let matches = command.clone().try_get_matches_from(args)?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        charges_runtime::cli::reject_loop_flags_with_subcommand::<RunArgs>(&command, &matches)?;
+        cli.validate()?;
+        Ok(cli)
+    }
+
+    fn validate(&self) -> Result<(), clap::Error> {
+        use clap::CommandFactory;
+        use clap::error::ErrorKind;
+        let run = &self.run;
+        if run.ordering == Ordering::PerAggregate && run.message_key == Some(MessageKey::OutboxId) {
+            return Err(Cli::command().error(
+                ErrorKind::ArgumentConflict,
+                "--ordering per-aggregate needs the charge id as the message key (Kafka orders \
+                 within a partition only): drop --message-key outbox-id",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct DeadArgs {
     #[command(subcommand)]
@@ -170,18 +222,41 @@ pub enum DeadAction {
     /// Print dead rows (id, aggregate id, type, attempts, last error), oldest first.
     List {
         /// Print at most this many rows.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
         limit: i64,
     },
-    /// Make dead rows pending again, with attempts reset to 0.
-    Requeue {
-        /// Requeue this row; repeatable.
-        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
-        id: Vec<Uuid>,
-        /// Requeue every dead row.
-        #[arg(long)]
-        all: bool,
+    /// Print one dead row in full: payload, attempts, rejections, last error, times.
+    Show {
+        /// The outbox id (the message's `id` header).
+        id: Uuid,
     },
+    /// Make dead rows pending again, with attempts and rejections reset to 0. Name the
+    /// rows with exactly one of --id, --all, --unavailable or --last-error-like.
+    #[command(
+        after_help = "Examples:\n  charges-relay dead requeue --id 0190d5b0-0000-7000-8000-000000000001\n  charges-relay dead requeue --unavailable   # rows killed by a broker outage\n  charges-relay dead requeue --all"
+    )]
+    Requeue(RequeueArgs),
+}
+
+/// Which dead rows `dead requeue` takes.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct RequeueArgs {
+    /// Requeue this row; repeatable. Every id must be a dead row, or nothing is requeued.
+    #[arg(long)]
+    pub id: Vec<Uuid>,
+    /// Requeue every dead row.
+    #[arg(long)]
+    pub all: bool,
+    /// Requeue the dead rows whose last error says the broker was unavailable (a
+    /// timeout, no broker, no leader…): rows that relays older than this one set dead
+    /// during a broker outage. Rows the broker refused stay dead.
+    #[arg(long)]
+    pub unavailable: bool,
+    /// Requeue the dead rows whose last error matches this SQL LIKE pattern
+    /// (e.g. '%MessageSizeTooLarge%').
+    #[arg(long, value_name = "PATTERN")]
+    pub last_error_like: Option<String>,
 }
 
 #[cfg(test)]
@@ -212,8 +287,76 @@ mod tests {
     }
 
     #[test]
-    fn dead_requeue_needs_id_or_all() {
-        assert!(Cli::try_parse_from(["charges-relay", "dead", "requeue"]).is_err());
+    fn dead_requeue_needs_exactly_one_selection() {
+        let missing = Cli::try_parse_from(["charges-relay", "dead", "requeue"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("--id") && missing.contains("--all"),
+            "{missing}"
+        );
         assert!(Cli::try_parse_from(["charges-relay", "dead", "requeue", "--all"]).is_ok());
+        assert!(Cli::try_parse_from(["charges-relay", "dead", "requeue", "--unavailable"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["charges-relay", "dead", "requeue", "--all", "--unavailable"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn database_flags_go_before_or_after_the_subcommand() {
+        for args in [
+            &[
+                "charges-relay",
+                "--database-url",
+                "postgres://x/y",
+                "dead",
+                "list",
+            ][..],
+            &[
+                "charges-relay",
+                "dead",
+                "list",
+                "--database-url",
+                "postgres://x/y",
+            ][..],
+            &[
+                "charges-relay",
+                "dead",
+                "--database-url",
+                "postgres://x/y",
+                "list",
+            ][..],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert_eq!(cli.database.database_url, "postgres://x/y", "{args:?}");
+        }
+    }
+
+    #[test]
+    fn per_aggregate_ordering_refuses_the_outbox_id_as_key() {
+        let cli = Cli::try_parse_from([
+            "charges-relay",
+            "--ordering",
+            "per-aggregate",
+            "--message-key",
+            "outbox-id",
+        ])
+        .unwrap();
+        assert!(cli.validate().is_err());
+        let cli = Cli::try_parse_from(["charges-relay", "--ordering", "per-aggregate"]).unwrap();
+        assert!(cli.validate().is_ok());
+    }
+
+    #[test]
+    fn loop_flags_with_a_subcommand_are_refused() {
+        let Err(error) = Cli::parse_checked(["charges-relay", "--batch-size", "5", "dead", "list"])
+        else {
+            panic!("a loop flag with a subcommand was accepted");
+        };
+        assert!(error.to_string().contains("--batch-size"), "{error}");
+        assert!(
+            Cli::parse_checked(["charges-relay", "--log-format", "json", "dead", "list"]).is_ok()
+        );
     }
 }

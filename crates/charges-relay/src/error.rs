@@ -22,6 +22,8 @@ pub enum RelayError {
     BatchLoop(String),
     #[error("writing to stdout failed")]
     Output(#[source] std::io::Error),
+    #[error(transparent)]
+    DeadCommand(#[from] crate::commands::DeadCommandError),
 }
 
 impl From<deadpool_postgres::PoolError> for RelayError {

@@ -5,9 +5,11 @@
 //! not a claimed state, and what is guaranteed: docs/design.md, "The relay".
 
 pub mod backoff;
+pub mod broker;
 mod commands;
 pub mod config;
 mod error;
+pub mod failure;
 pub mod listener;
 pub mod metrics;
 pub mod publish;
@@ -29,7 +31,8 @@ use tokio::task::JoinSet;
 pub use error::{RelayError, error_chain};
 
 use crate::backoff::Backoff;
-use crate::config::{Cli, Command, RunArgs};
+use crate::broker::BrokerHealth;
+use crate::config::{Cli, Command, MessageKey, Ordering, RunArgs};
 use crate::publish::MessageSettings;
 use crate::relay::{Relay, RelaySettings, batch_loop};
 
@@ -54,12 +57,19 @@ pub async fn main(cli: Cli) -> Result<(), RelayError> {
 
 impl RunArgs {
     fn relay_settings(&self) -> RelaySettings {
+        let ordered = self.ordering == Ordering::PerAggregate;
         RelaySettings {
             message: MessageSettings {
                 topic: self.topic.clone(),
-                key: self.message_key,
+                // Kafka orders within a partition only (validated in `config`).
+                key: if ordered {
+                    MessageKey::AggregateId
+                } else {
+                    self.message_key.unwrap_or(MessageKey::OutboxId)
+                },
                 event_source: self.event_source.clone(),
             },
+            ordered,
             batch_size: self.batch_size,
             publish_timeout: self.publish_timeout,
             max_attempts: self.max_attempts,
@@ -107,10 +117,19 @@ pub async fn run(
         brokers = %args.kafka_brokers,
         batch_size = args.batch_size,
         concurrency = args.concurrency,
+        ordering = ?args.ordering,
         publish_timeout = ?args.publish_timeout,
         "relay started"
     );
-    let relay = Arc::new(Relay::new(pool, producer, settings));
+    let health = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
+    let prober = tokio::spawn(broker::probe_outages(
+        health.clone(),
+        producer.clone(),
+        args.topic.clone(),
+        args.publish_timeout,
+        shutdown.clone(),
+    ));
+    let relay = Arc::new(Relay::new(pool, producer, settings, health));
     let mut loops = JoinSet::new();
     for _ in 0..args.concurrency {
         loops.spawn(batch_loop(
@@ -138,6 +157,7 @@ pub async fn run(
         tracing::warn!(error = %e, "producer flush incomplete");
     }
     listener.abort();
+    prober.abort();
     ops.stop().await;
     upkeep.abort();
     match failure {

@@ -1,11 +1,10 @@
 use std::process::ExitCode;
 
 use charges_relay::config::Cli;
-use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_checked(std::env::args_os()).unwrap_or_else(|error| error.exit());
     let redactor = charges_runtime::secrets::Redactor::new(charges_relay::secrets(&cli));
     if let Err(e) =
         charges_runtime::init_logging(cli.log_format, redactor, charges_runtime::LogTarget::Stderr)

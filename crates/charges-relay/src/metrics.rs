@@ -16,6 +16,10 @@ pub const DEAD_LETTERED: &str = "charges_relay_dead_lettered_total";
 pub const BATCH_DURATION: &str = "charges_relay_batch_duration_seconds";
 /// Histogram: outbox insert (`created_at`) to broker acknowledgement.
 pub const DELIVERY_LAG: &str = "charges_relay_delivery_lag_seconds";
+/// Gauge: 1 while this relay considers the broker available, 0 during an outage.
+pub const BROKER_AVAILABLE: &str = "charges_relay_broker_available";
+/// Counter: outages this relay declared (a batch with only availability errors).
+pub const BROKER_OUTAGES: &str = "charges_relay_broker_outages_total";
 
 /// A batch takes from milliseconds to the publish timeout.
 const BATCH_BUCKETS: &[f64] = &[
@@ -49,6 +53,11 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         metrics::Unit::Seconds,
         "Outbox insert to broker acknowledgement"
     );
+    metrics::describe_gauge!(
+        BROKER_AVAILABLE,
+        "1 while the broker takes messages, 0 while the relay waits out an outage"
+    );
+    metrics::describe_counter!(BROKER_OUTAGES, "Broker outages declared by this relay");
     Ok(handle)
 }
 
@@ -62,4 +71,15 @@ pub fn batch_finished(topic: &str, published: u64, failed: usize, dead: usize, e
 
 pub fn delivered(lag: Duration) {
     metrics::histogram!(DELIVERY_LAG).record(lag.as_secs_f64());
+}
+
+pub fn broker_available(available: bool) {
+    metrics::gauge!(BROKER_AVAILABLE).set(if available { 1.0 } else { 0.0 });
+    // Exported from the start, so that `increase()` sees the first outage.
+    metrics::counter!(BROKER_OUTAGES).increment(0);
+}
+
+pub fn broker_outage_began() {
+    broker_available(false);
+    metrics::counter!(BROKER_OUTAGES).increment(1);
 }

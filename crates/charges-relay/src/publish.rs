@@ -10,7 +10,9 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+use crate::broker::BrokerHealth;
 use crate::config::MessageKey;
+use crate::failure::PublishError;
 
 /// Builds the producer: idempotent (no duplicates from its own retries), `acks=all`
 /// (an ack means every in-sync replica has the message), and `message.timeout.ms` =
@@ -46,26 +48,32 @@ pub struct MessageSettings {
 }
 
 /// Headers of one event: `id` (what consumers deduplicate on), the CloudEvents Kafka
-/// binary binding (`ce_*`, `content-type`), and `aggregate_id`.
+/// binary binding (`ce_*`, `content-type`; `ce_sequence` is the CloudEvents sequence
+/// extension: the event's place among its charge's events, as decimal digits), and
+/// `aggregate_id`.
 pub fn headers(event: &PendingEvent, source: &str) -> OwnedHeaders {
     let id = event.id.to_string();
     let aggregate_id = event.aggregate_id.to_string();
     let time = event
         .created_at
         .to_rfc3339_opts(SecondsFormat::Micros, true);
+    let sequence = event.sequence.map(|s| s.to_string());
     [
-        ("id", id.as_str()),
-        ("ce_specversion", "1.0"),
-        ("ce_id", id.as_str()),
-        ("ce_type", event.event_type.as_str()),
-        ("ce_source", source),
-        ("ce_time", time.as_str()),
-        ("content-type", "application/json"),
-        ("aggregate_id", aggregate_id.as_str()),
+        ("id", Some(id.as_str())),
+        ("ce_specversion", Some("1.0")),
+        ("ce_id", Some(id.as_str())),
+        ("ce_type", Some(event.event_type.as_str())),
+        ("ce_source", Some(source)),
+        ("ce_time", Some(time.as_str())),
+        // Rows written before migration V6 have none.
+        ("ce_sequence", sequence.as_deref()),
+        ("content-type", Some("application/json")),
+        ("aggregate_id", Some(aggregate_id.as_str())),
     ]
     .into_iter()
+    .filter_map(|(key, value)| Some((key, value?)))
     .fold(
-        OwnedHeaders::new_with_capacity(8),
+        OwnedHeaders::new_with_capacity(9),
         |headers, (key, value)| {
             headers.insert(Header {
                 key,
@@ -76,16 +84,18 @@ pub fn headers(event: &PendingEvent, source: &str) -> OwnedHeaders {
 }
 
 /// Publishes `events` concurrently and waits for every acknowledgement, at most
-/// `deadline` in all. Returns one result per event, in order: `Ok` only for a message
-/// the broker acknowledged; an event still unacknowledged at the deadline is an
-/// `Err` (it may still arrive: at least once, never "at most once").
+/// `deadline` in all, and no longer than until an outage is declared (by this batch or
+/// another). Returns one result per event, in order: `Ok` only for a message the
+/// broker acknowledged; an event still unacknowledged when the wait ends is an
+/// availability error (it may still arrive: at least once, never "at most once").
 pub async fn publish_batch(
     producer: &FutureProducer,
     settings: &MessageSettings,
     events: &[PendingEvent],
     deadline: Duration,
-) -> Vec<Result<(), String>> {
-    let mut results: Vec<Option<Result<(), String>>> = vec![None; events.len()];
+    health: &BrokerHealth,
+) -> Vec<Result<(), PublishError>> {
+    let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
     let in_flight = FuturesUnordered::new();
     for (index, event) in events.iter().enumerate() {
         let key = match settings.key {
@@ -96,31 +106,37 @@ pub async fn publish_batch(
             .key(key.as_str())
             .payload(event.payload.as_str())
             .headers(headers(event, &settings.event_source));
-        // `send_result` only enqueues; it never waits (a full local queue is an error
-        // here, retried with the row's backoff).
+        // `send_result` only enqueues; it never waits (a full local queue is an
+        // availability error, retried).
         match producer.send_result(record) {
             Ok(delivery) => in_flight.push(async move { (index, delivery.await) }),
-            Err((error, _record)) => results[index] = Some(Err(error.to_string())),
+            Err((error, _record)) => results[index] = Some(Err(PublishError::from_kafka(&error))),
         }
     }
-    let waited = tokio::time::timeout(deadline, async {
+    let acknowledgements = async {
         let mut in_flight = in_flight;
         while let Some((index, delivered)) = in_flight.next().await {
             results[index] = Some(match delivered {
                 Ok(Ok(_delivery)) => Ok(()),
-                Ok(Err((error, _message))) => Err(error.to_string()),
-                Err(_canceled) => Err("the producer dropped the message".to_owned()),
+                Ok(Err((error, _message))) => Err(PublishError::from_kafka(&error)),
+                Err(_canceled) => Err(PublishError::unavailable(
+                    "the producer dropped the message",
+                )),
             });
         }
-    })
-    .await;
-    let timed_out = waited.is_err();
+    };
+    let cut_short = tokio::select! {
+        () = acknowledgements => None,
+        () = tokio::time::sleep(deadline) => Some(format!("no acknowledgement within {deadline:?}")),
+        () = health.wait_unavailable() => Some("no acknowledgement before the broker was declared unavailable".to_owned()),
+    };
     results
         .into_iter()
         .map(|result| {
             result.unwrap_or_else(|| {
-                debug_assert!(timed_out);
-                Err(format!("no acknowledgement within {deadline:?}"))
+                Err(PublishError::unavailable(
+                    cut_short.clone().unwrap_or_default(),
+                ))
             })
         })
         .collect()

@@ -11,6 +11,8 @@ use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
+use crate::broker::BrokerHealth;
+use crate::failure::{FailureKind, PublishError};
 use crate::publish::{MessageSettings, publish_batch};
 use crate::{RelayError, error_chain, metrics};
 
@@ -21,6 +23,8 @@ pub const TRANSACTION_MARGIN: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
     pub message: MessageSettings,
+    /// Claim only the oldest unpublished event of each aggregate.
+    pub ordered: bool,
     pub batch_size: u32,
     pub publish_timeout: Duration,
     pub max_attempts: u32,
@@ -65,14 +69,21 @@ pub struct Relay {
     pool: Pool,
     producer: FutureProducer,
     settings: RelaySettings,
+    health: Arc<BrokerHealth>,
 }
 
 impl Relay {
-    pub fn new(pool: Pool, producer: FutureProducer, settings: RelaySettings) -> Relay {
+    pub fn new(
+        pool: Pool,
+        producer: FutureProducer,
+        settings: RelaySettings,
+        health: Arc<BrokerHealth>,
+    ) -> Relay {
         Relay {
             pool,
             producer,
             settings,
+            health,
         }
     }
 
@@ -103,9 +114,11 @@ impl Relay {
             &self.settings.message,
             &events,
             self.settings.publish_deadline(),
+            &self.health,
         )
         .await;
         let answers = self.sort(&events, results);
+        self.judge_broker(&answers);
         let published = OutboxStore::mark_published(&transaction, &answers.acked).await?;
         OutboxStore::record_failures(&transaction, &answers.failures).await?;
         transaction.commit().await?;
@@ -124,10 +137,28 @@ impl Relay {
         let bound = self.settings.transaction_timeout();
         OutboxStore::set_claim_timeouts(transaction, bound, bound).await?;
         let limit = i64::from(self.settings.batch_size);
-        Ok(OutboxStore::claim_pending(transaction, limit).await?)
+        Ok(OutboxStore::claim_pending(transaction, limit, self.settings.ordered).await?)
     }
 
-    fn sort(&self, events: &[PendingEvent], results: Vec<Result<(), String>>) -> Answers {
+    /// A batch in which nothing was acknowledged and every failure was an
+    /// availability error declares an outage (see `broker`); one acknowledgement
+    /// proves the broker takes messages.
+    fn judge_broker(&self, answers: &Answers) {
+        if !answers.acked.is_empty() {
+            self.health.delivered();
+            return;
+        }
+        let outage = answers.failures.iter().all(|f| !f.rejected);
+        if outage && self.health.outage() {
+            tracing::warn!(
+                error = %answers.failures.first().map_or("", |f| f.error.as_str()),
+                rows = answers.failures.len(),
+                "broker unavailable: claiming stops, rows stay pending, probing the broker until it answers"
+            );
+        }
+    }
+
+    fn sort(&self, events: &[PendingEvent], results: Vec<Result<(), PublishError>>) -> Answers {
         let mut answers = Answers {
             acked: Vec::with_capacity(events.len()),
             acked_created_at: Vec::with_capacity(events.len()),
@@ -145,24 +176,35 @@ impl Relay {
         answers
     }
 
-    /// A failed attempt: its retry delay, and whether it used up the row's attempts.
-    fn failure(&self, event: &PendingEvent, error: String) -> PublishFailure {
-        let failures_so_far = u32::try_from(event.attempts).unwrap_or(0) + 1;
-        let dead = failures_so_far >= self.settings.max_attempts;
+    /// A failed attempt: its retry delay, and whether it used up the row's
+    /// rejections. An availability failure never makes a row dead; while the broker
+    /// is unavailable the relay claims nothing anyway, so the row is due again at once
+    /// and goes out as soon as the broker is back.
+    fn failure(&self, event: &PendingEvent, error: PublishError) -> PublishFailure {
+        let attempts = u32::try_from(event.attempts).unwrap_or(0) + 1;
+        let rejected = error.kind == FailureKind::Rejected;
+        let rejections = u32::try_from(event.rejections).unwrap_or(0) + u32::from(rejected);
+        let dead = rejected && rejections >= self.settings.max_attempts;
+        let retry_in = if rejected || self.health.is_available() {
+            self.settings.backoff.delay(attempts)
+        } else {
+            Duration::ZERO
+        };
         if dead {
             tracing::error!(
                 id = %event.id,
-                attempts = failures_so_far,
-                error = %error,
-                "outbox row is dead: giving up until `charges-relay dead requeue`"
+                rejections,
+                error = %error.message,
+                "outbox row is dead: the broker refused it --max-attempts times; `charges-relay dead show` / `dead requeue`"
             );
         } else {
-            tracing::debug!(id = %event.id, attempts = failures_so_far, error = %error, "publish failed");
+            tracing::debug!(id = %event.id, attempts, rejections, error = %error.message, "publish failed");
         }
         PublishFailure {
             id: event.id,
-            error,
-            retry_in: self.settings.backoff.delay(failures_so_far),
+            error: error.stored_text(),
+            retry_in,
+            rejected,
             dead,
         }
     }
@@ -212,6 +254,13 @@ pub async fn batch_loop(
 ) {
     let mut consecutive_errors: u32 = 0;
     while !*shutdown.borrow() {
+        // During an outage: no claim, so no row lock and no UPDATE per row per retry.
+        if !relay.health.is_available() {
+            tokio::select! {
+                () = relay.health.wait_available() => {}
+                _ = shutdown.changed() => continue,
+            }
+        }
         // Never cancelled midway: a batch ends by itself within the publish timeout
         // plus margin, and whatever it did not see acknowledged stays unmarked.
         let wait = match relay.run_batch().await {

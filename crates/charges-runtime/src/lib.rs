@@ -4,6 +4,7 @@
 //! shutdown signals, the metrics recorder, readiness and the operations port. One
 //! copy, so that the processes behave alike and a fix reaches all of them.
 
+pub mod cli;
 pub mod database;
 mod logging;
 pub mod metrics;

@@ -21,23 +21,24 @@ SELECT id, amount_cents, currency, created_at, refunded_cents FROM charges
  WHERE id = $1 AND ($2::text IS NULL OR client_id = $2::text)";
 
 /// `ChargeLockForRefund`: the row lock serializes concurrent refunds of one charge
-/// until the refund's transaction ends, so each sees the previous one's total. `$2`
-/// as in `ChargeGet`.
+/// until the refund's transaction ends, so each sees the previous one's total and
+/// event sequence. `$2` as in `ChargeGet`.
 const LOCK_FOR_REFUND: &str = "
-SELECT amount_cents, refunded_cents, currency FROM charges
+SELECT amount_cents, refunded_cents, currency, event_sequence FROM charges
  WHERE id = $1 AND ($2::text IS NULL OR client_id = $2::text)
    FOR UPDATE";
 
-/// `ChargeAddRefunded`
+/// `ChargeAddRefunded`: adds to the refunded total and sets the event sequence the
+/// refund's event takes (known in advance under the row lock).
 const ADD_REFUNDED: &str = "
-UPDATE charges SET refunded_cents = refunded_cents + $2 WHERE id = $1
+UPDATE charges SET refunded_cents = refunded_cents + $2, event_sequence = $3 WHERE id = $1
 RETURNING refunded_cents";
 
 /// `ChargeCountWithoutOutbox`: reconciliation. Every charge is committed with its
 /// `ChargeCreated` outbox row, so this must be 0. Only charges younger than `$1`
 /// seconds are checked: the relay's retention deletes published outbox rows older
 /// than that, and a row is published after its charge was created, so within the
-/// window every outbox row still exists. Runs on `outbox_aggregate_idx`.
+/// window every outbox row still exists. Runs on `outbox_aggregate_sequence_idx`.
 const COUNT_WITHOUT_OUTBOX: &str = "
 SELECT count(*) AS without_outbox FROM charges c
  WHERE c.created_at > now() - $1::float8 * interval '1 second'
@@ -50,6 +51,8 @@ pub struct RefundableCharge {
     pub amount_cents: i32,
     pub refunded_cents: i32,
     pub currency: String,
+    /// The sequence of the charge's latest event.
+    pub event_sequence: i64,
 }
 
 impl ChargeStore {
@@ -111,18 +114,23 @@ impl ChargeStore {
             amount_cents: row.try_get("amount_cents")?,
             refunded_cents: row.try_get("refunded_cents")?,
             currency: row.try_get("currency")?,
+            event_sequence: row.try_get("event_sequence")?,
         }))
     }
 
-    /// Adds to the refunded total and returns the new total. The table's CHECK refuses
-    /// a total above the charged amount.
+    /// Adds to the refunded total, records `event_sequence` as the charge's latest
+    /// event, and returns the new total. The table's CHECK refuses a total above the
+    /// charged amount.
     pub async fn add_refunded(
         client: &impl GenericClient,
         id: Uuid,
         amount_cents: i32,
+        event_sequence: i64,
     ) -> Result<i32, StoreError> {
         let statement = client.prepare_cached(ADD_REFUNDED).await?;
-        let row = client.query_one(&statement, &[&id, &amount_cents]).await?;
+        let row = client
+            .query_one(&statement, &[&id, &amount_cents, &event_sequence])
+            .await?;
         Ok(row.try_get("refunded_cents")?)
     }
 

@@ -36,7 +36,7 @@ pub use error::StoreError;
 pub use idempotency_keys::{
     IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
 };
-pub use outbox::{DeadEvent, OutboxStats, OutboxStore, PendingEvent, PublishFailure};
+pub use outbox::{DeadEvent, NewEvent, OutboxStats, OutboxStore, PendingEvent, PublishFailure};
 pub use pool::{PoolSettings, connect};
 pub use refunds::RefundStore;
 pub use tls::DatabaseTls;

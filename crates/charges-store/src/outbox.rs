@@ -9,8 +9,8 @@ use crate::StoreError;
 
 /// `OutboxInsert`
 pub const INSERT: &str = "
-INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
-VALUES ($1, $2, $3, $4, $5)";
+INSERT INTO outbox (id, aggregate_id, event_type, sequence, payload, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)";
 
 // The relay's statements. The claim is the batch transaction's row lock
 // (docs/design.md, "The relay").
@@ -24,7 +24,8 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
 /// Matches `outbox_pending_idx` (predicate and order).
 pub const CLAIM_PENDING: &str = "
-SELECT id, aggregate_id, event_type, payload::text AS payload, created_at, attempts
+SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, created_at,
+       attempts, rejections
 FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
@@ -32,6 +33,27 @@ WHERE published_at IS NULL
 ORDER BY created_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED";
+
+/// `OutboxClaimPendingOrdered`: as `OutboxClaimPending`, but only the oldest unpublished
+/// event of each charge: a row is claimable once no event of its charge with a lower
+/// sequence is unpublished (pending, waiting for a retry, claimed by another relay, or
+/// dead). The probe runs on `outbox_aggregate_sequence_idx`. The statement's snapshot
+/// can only make it more careful: a predecessor published after the snapshot still
+/// counts as unpublished, and its successor waits for the next claim.
+pub const CLAIM_PENDING_ORDERED: &str = "
+SELECT o.id, o.aggregate_id, o.event_type, o.sequence, o.payload::text AS payload,
+       o.created_at, o.attempts, o.rejections
+FROM outbox o
+WHERE o.published_at IS NULL
+  AND o.dead_at IS NULL
+  AND o.next_attempt_at <= now()
+  AND NOT EXISTS (SELECT 1 FROM outbox earlier
+                   WHERE earlier.aggregate_id = o.aggregate_id
+                     AND earlier.sequence < o.sequence
+                     AND earlier.published_at IS NULL)
+ORDER BY o.created_at
+LIMIT $1
+FOR UPDATE OF o SKIP LOCKED";
 
 /// `OutboxMarkPublishedMany`: one statement per batch, only for acknowledged ids.
 pub const MARK_PUBLISHED_MANY: &str = "
@@ -41,16 +63,19 @@ SET published_at = clock_timestamp(),
 WHERE id = ANY($1)
   AND published_at IS NULL";
 
-/// `OutboxRecordFailureMany`: one statement per batch; `$4[i]` says whether row `i`
-/// has used up its attempts and becomes dead.
+/// `OutboxRecordFailureMany`: one statement per batch. Every failure counts as an
+/// attempt; `$4[i]` says whether the broker refused the message itself (a rejection,
+/// which counts towards `--max-attempts`), `$5[i]` whether row `i` has used up its
+/// rejections and becomes dead.
 const RECORD_FAILURE_MANY: &str = "
 UPDATE outbox AS o
 SET attempts = o.attempts + 1,
+    rejections = o.rejections + CASE WHEN f.rejected THEN 1 ELSE 0 END,
     last_error = f.error,
     next_attempt_at = clock_timestamp() + f.retry_in_ms * interval '1 millisecond',
     dead_at = CASE WHEN f.dead THEN clock_timestamp() END
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[])
-     AS f(id, error, retry_in_ms, dead)
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[], $5::bool[])
+     AS f(id, error, retry_in_ms, rejected, dead)
 WHERE o.id = f.id
   AND o.published_at IS NULL";
 
@@ -68,22 +93,36 @@ WHERE ctid = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED
 ))";
 
-/// `OutboxListDead`
+/// `OutboxListDead`: `$2` NULL lists every dead row, else those whose `last_error`
+/// is `LIKE $2`.
 const LIST_DEAD: &str = "
-SELECT id, aggregate_id, event_type, attempts, last_error, created_at, dead_at
+SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, attempts,
+       rejections, last_error, created_at, dead_at
 FROM outbox
 WHERE dead_at IS NOT NULL
+  AND ($2::text IS NULL OR last_error LIKE $2::text)
 ORDER BY dead_at, id
 LIMIT $1";
 
-/// `OutboxRequeueDeadMany`: `$1` NULL means every dead row.
+/// `OutboxGetDeadMany`
+const GET_DEAD_MANY: &str = "
+SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, attempts,
+       rejections, last_error, created_at, dead_at
+FROM outbox
+WHERE dead_at IS NOT NULL
+  AND id = ANY($1)
+ORDER BY dead_at, id";
+
+/// `OutboxRequeueDeadMany`: returns the ids it requeued.
 const REQUEUE_DEAD_MANY: &str = "
 UPDATE outbox
 SET attempts = 0,
+    rejections = 0,
     dead_at = NULL,
     next_attempt_at = now()
 WHERE dead_at IS NOT NULL
-  AND ($1::uuid[] IS NULL OR id = ANY($1))";
+  AND id = ANY($1)
+RETURNING id";
 
 /// `OutboxStats`: what the relay exports as gauges. Each part matches a partial
 /// index (`outbox_pending_idx`, `outbox_dead_idx`), so it stays cheap however many
@@ -103,17 +142,35 @@ const LISTEN_PENDING: &str = "LISTEN outbox_pending";
 /// Every statement on `outbox`; the caller owns the transaction.
 pub struct OutboxStore;
 
+/// An event to add to the outbox, on the transaction of the change that caused it.
+#[derive(Debug, Clone, Copy)]
+pub struct NewEvent<'a> {
+    /// What consumers deduplicate on.
+    pub id: Uuid,
+    pub aggregate_id: Uuid,
+    pub event_type: EventType,
+    /// The event's place among its aggregate's events, assigned under the aggregate's
+    /// row lock.
+    pub sequence: i64,
+    pub payload: &'a serde_json::Value,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// A row the relay claimed and must publish.
 #[derive(Debug, Clone)]
 pub struct PendingEvent {
     pub id: Uuid,
     pub aggregate_id: Uuid,
     pub event_type: String,
+    /// `None` only for rows written before migration V6.
+    pub sequence: Option<i64>,
     /// The JSON payload as text, exactly what goes on the wire.
     pub payload: String,
     pub created_at: chrono::DateTime<chrono::Utc>,
-    /// Failed attempts so far.
+    /// Failed attempts so far, whatever the reason.
     pub attempts: i32,
+    /// Failed attempts the broker refused the message itself.
+    pub rejections: i32,
 }
 
 /// A failed publish of one row, recorded by [`OutboxStore::record_failures`].
@@ -122,43 +179,61 @@ pub struct PublishFailure {
     pub id: Uuid,
     pub error: String,
     pub retry_in: std::time::Duration,
-    /// The row has used up its attempts: set `dead_at`, never claim it again.
+    /// The broker refused this message (not: the broker was unavailable).
+    pub rejected: bool,
+    /// The row has used up its rejections: set `dead_at`, never claim it again.
     pub dead: bool,
 }
 
-/// A dead row, as `charges-relay dead list` shows it.
+/// A dead row, as `charges-relay dead list|show` shows it.
 #[derive(Debug, Clone)]
 pub struct DeadEvent {
     pub id: Uuid,
     pub aggregate_id: Uuid,
     pub event_type: String,
+    pub sequence: Option<i64>,
+    pub payload: String,
     pub attempts: i32,
+    pub rejections: i32,
     pub last_error: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub dead_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl DeadEvent {
+    fn from_row(row: &tokio_postgres::Row) -> Result<DeadEvent, StoreError> {
+        Ok(DeadEvent {
+            id: row.try_get("id")?,
+            aggregate_id: row.try_get("aggregate_id")?,
+            event_type: row.try_get("event_type")?,
+            sequence: row.try_get("sequence")?,
+            payload: row.try_get("payload")?,
+            attempts: row.try_get("attempts")?,
+            rejections: row.try_get("rejections")?,
+            last_error: row.try_get("last_error")?,
+            created_at: row.try_get("created_at")?,
+            dead_at: row.try_get("dead_at")?,
+        })
+    }
+}
+
 impl OutboxStore {
-    /// Adds an event on the caller's transaction. `id` is the event id consumers
-    /// deduplicate on; `payload` is the event's JSON.
+    /// Adds an event on the caller's transaction.
     pub async fn insert(
         client: &impl GenericClient,
-        id: Uuid,
-        aggregate_id: Uuid,
-        event_type: EventType,
-        payload: &serde_json::Value,
-        created_at: chrono::DateTime<chrono::Utc>,
+        event: &NewEvent<'_>,
     ) -> Result<(), StoreError> {
         let statement = client.prepare_cached(INSERT).await?;
         client
             .execute(
                 &statement,
                 &[
-                    &id,
-                    &aggregate_id,
-                    &event_type.as_str(),
-                    payload,
-                    &created_at,
+                    &event.id,
+                    &event.aggregate_id,
+                    &event.event_type.as_str(),
+                    &event.sequence,
+                    event.payload,
+                    &event.created_at,
                 ],
             )
             .await?;
@@ -180,12 +255,19 @@ impl OutboxStore {
     }
 
     /// Locks and returns up to `limit` publishable rows, oldest first, skipping rows
-    /// other relays hold. The locks last until the caller's transaction ends.
+    /// other relays hold; with `ordered`, only the oldest unpublished event of each
+    /// aggregate. The locks last until the caller's transaction ends.
     pub async fn claim_pending(
         client: &impl GenericClient,
         limit: i64,
+        ordered: bool,
     ) -> Result<Vec<PendingEvent>, StoreError> {
-        let statement = client.prepare_cached(CLAIM_PENDING).await?;
+        let sql = if ordered {
+            CLAIM_PENDING_ORDERED
+        } else {
+            CLAIM_PENDING
+        };
+        let statement = client.prepare_cached(sql).await?;
         let rows = client.query(&statement, &[&limit]).await?;
         rows.iter()
             .map(|row| {
@@ -193,9 +275,11 @@ impl OutboxStore {
                     id: row.try_get("id")?,
                     aggregate_id: row.try_get("aggregate_id")?,
                     event_type: row.try_get("event_type")?,
+                    sequence: row.try_get("sequence")?,
                     payload: row.try_get("payload")?,
                     created_at: row.try_get("created_at")?,
                     attempts: row.try_get("attempts")?,
+                    rejections: row.try_get("rejections")?,
                 })
             })
             .collect()
@@ -227,10 +311,11 @@ impl OutboxStore {
             .iter()
             .map(|f| i64::try_from(f.retry_in.as_millis()).unwrap_or(i64::MAX))
             .collect();
+        let rejected: Vec<bool> = failures.iter().map(|f| f.rejected).collect();
         let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
         let statement = client.prepare_cached(RECORD_FAILURE_MANY).await?;
         Ok(client
-            .execute(&statement, &[&ids, &errors, &retry_in_ms, &dead])
+            .execute(&statement, &[&ids, &errors, &retry_in_ms, &rejected, &dead])
             .await?)
     }
 
@@ -246,37 +331,39 @@ impl OutboxStore {
             .await?)
     }
 
-    /// Up to `limit` dead rows, oldest death first.
+    /// Up to `limit` dead rows, oldest death first; with `last_error_like`, only those
+    /// whose last error matches that `LIKE` pattern.
     pub async fn list_dead(
         client: &impl GenericClient,
         limit: i64,
+        last_error_like: Option<&str>,
     ) -> Result<Vec<DeadEvent>, StoreError> {
         let statement = client.prepare_cached(LIST_DEAD).await?;
-        let rows = client.query(&statement, &[&limit]).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadEvent {
-                    id: row.try_get("id")?,
-                    aggregate_id: row.try_get("aggregate_id")?,
-                    event_type: row.try_get("event_type")?,
-                    attempts: row.try_get("attempts")?,
-                    last_error: row.try_get("last_error")?,
-                    created_at: row.try_get("created_at")?,
-                    dead_at: row.try_get("dead_at")?,
-                })
-            })
-            .collect()
+        let rows = client
+            .query(&statement, &[&limit, &last_error_like])
+            .await?;
+        rows.iter().map(DeadEvent::from_row).collect()
     }
 
-    /// Makes dead rows pending again with a fresh attempt budget: the rows in `ids`,
-    /// or every dead row when `ids` is `None`. Returns how many rows changed.
+    /// The dead rows among `ids`.
+    pub async fn get_dead(
+        client: &impl GenericClient,
+        ids: &[Uuid],
+    ) -> Result<Vec<DeadEvent>, StoreError> {
+        let statement = client.prepare_cached(GET_DEAD_MANY).await?;
+        let rows = client.query(&statement, &[&ids]).await?;
+        rows.iter().map(DeadEvent::from_row).collect()
+    }
+
+    /// Makes the dead rows among `ids` pending again with a fresh budget; returns the
+    /// ids it requeued.
     pub async fn requeue_dead(
         client: &impl GenericClient,
-        ids: Option<&[Uuid]>,
-    ) -> Result<u64, StoreError> {
+        ids: &[Uuid],
+    ) -> Result<Vec<Uuid>, StoreError> {
         let statement = client.prepare_cached(REQUEUE_DEAD_MANY).await?;
-        let ids: Option<Vec<Uuid>> = ids.map(<[Uuid]>::to_vec);
-        Ok(client.execute(&statement, &[&ids]).await?)
+        let rows = client.query(&statement, &[&ids]).await?;
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
     pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, StoreError> {
