@@ -18,7 +18,9 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     pub async fn start(target: SocketAddr) -> FaultProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (open, state) = watch::channel(true);
         let task = tokio::spawn(supervise(listener, addr, target, state));

@@ -40,7 +40,10 @@ impl TestTansu {
             .unwrap_or_else(|e| panic!("start tansu ({}): {e}; run `make deps`", binary()));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(target).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "tansu never listened on {target}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "tansu never listened on {target}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         TestTansu { child, proxy }

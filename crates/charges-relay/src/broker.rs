@@ -15,6 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{FutureProducer, Producer};
+
+use crate::publish::Producers;
 use tokio::sync::watch;
 
 use crate::metrics;
@@ -113,7 +115,7 @@ impl BrokerHealth {
 /// Waits for outages and probes the broker until each one ends; runs until shutdown.
 pub async fn probe_outages(
     health: std::sync::Arc<BrokerHealth>,
-    producer: FutureProducer,
+    producers: std::sync::Arc<Producers>,
     topic: String,
     timeout: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -129,14 +131,14 @@ pub async fn probe_outages(
                 () = tokio::time::sleep(delay) => {}
                 _ = shutdown.changed() => return,
             }
-            match probe(&producer, &topic, timeout).await {
+            match probe(&producers.current(), &topic, timeout).await {
                 Ok(()) => {
                     let lasted = health.recovered();
                     tracing::info!(outage = ?lasted, "broker available again: claiming resumes");
                     break;
                 }
                 Err(reason) => {
-                    tracing::info!(%reason, next_probe_in = ?(delay * 2), "broker still unavailable");
+                    tracing::info!(%reason, waited = ?delay, "broker still unavailable");
                 }
             }
         }

@@ -40,11 +40,27 @@ pub const REJECTIONS: &[RDKafkaErrorCode] = &[
     RDKafkaErrorCode::InvalidDifferentRecord, // -138
 ];
 
+/// Availability errors that say this relay's producer, not the broker, is stuck: the
+/// broker no longer accepts its producer id, epoch or sequence numbers (after
+/// in-flight messages timed out, for example). Every later message of that producer
+/// fails the same way; a new producer (a new producer id) does not.
+pub const PRODUCER_STATE_ERRORS: &[RDKafkaErrorCode] = &[
+    RDKafkaErrorCode::ProducerFenced,
+    RDKafkaErrorCode::InvalidProducerEpoch,
+    RDKafkaErrorCode::InvalidProducerIdMapping,
+    RDKafkaErrorCode::UnknownProducerId,
+    RDKafkaErrorCode::OutOfOrderSequenceNumber,
+    RDKafkaErrorCode::Fenced,
+    RDKafkaErrorCode::Fatal,
+];
+
 /// A failed publish of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishError {
     pub kind: FailureKind,
     pub message: String,
+    /// The producer that sent it is stuck ([`PRODUCER_STATE_ERRORS`]).
+    pub producer_stuck: bool,
 }
 
 impl PublishError {
@@ -53,18 +69,21 @@ impl PublishError {
         PublishError {
             kind: FailureKind::Unavailable,
             message: message.into(),
+            producer_stuck: false,
         }
     }
 
     /// Sorts an error librdkafka reported for one message.
     pub fn from_kafka(error: &KafkaError) -> PublishError {
-        let kind = match error.rdkafka_error_code() {
+        let code = error.rdkafka_error_code();
+        let kind = match code {
             Some(code) if REJECTIONS.contains(&code) => FailureKind::Rejected,
             _ => FailureKind::Unavailable,
         };
         PublishError {
             kind,
             message: error.to_string(),
+            producer_stuck: code.is_some_and(|code| PRODUCER_STATE_ERRORS.contains(&code)),
         }
     }
 

@@ -92,11 +92,11 @@ pub async fn run(
     if args.migrate {
         charges_store::migrations::run(&pool).await?;
     }
-    let producer = publish::producer(
+    let producers = Arc::new(publish::Producers::new(
         &args.kafka_brokers,
         args.publish_timeout,
         &args.kafka_config,
-    )?;
+    )?);
     let metrics_handle = metrics::install()?;
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
     let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle)?;
@@ -124,12 +124,12 @@ pub async fn run(
     let health = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
     let prober = tokio::spawn(broker::probe_outages(
         health.clone(),
-        producer.clone(),
+        producers.clone(),
         args.topic.clone(),
         args.publish_timeout,
         shutdown.clone(),
     ));
-    let relay = Arc::new(Relay::new(pool, producer, settings, health));
+    let relay = Arc::new(Relay::new(pool, producers, settings, health));
     let mut loops = JoinSet::new();
     for _ in 0..args.concurrency {
         loops.spawn(batch_loop(
@@ -153,7 +153,7 @@ pub async fn run(
     let _ = shutdown_tx.send(true);
     while loops.join_next().await.is_some() {}
     jobs.join().await;
-    if let Err(e) = relay.producer().flush(args.publish_timeout) {
+    if let Err(e) = relay.producers().current().flush(args.publish_timeout) {
         tracing::warn!(error = %e, "producer flush incomplete");
     }
     listener.abort();

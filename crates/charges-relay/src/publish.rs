@@ -8,7 +8,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use crate::broker::BrokerHealth;
 use crate::config::MessageKey;
@@ -37,6 +37,73 @@ pub fn producer(
         config.set(key, value);
     }
     config.create()
+}
+
+/// The relay's producer, and a new one when the old one is stuck.
+///
+/// An idempotent producer whose state the broker no longer accepts (fenced after
+/// in-flight messages timed out during an outage, an out-of-order sequence, …) fails
+/// every later message, or librdkafka declares it fatally broken. Nothing is wrong with
+/// the messages or the broker; the cure is a new producer (a new producer id), which
+/// this builds and swaps in. Batches still waiting on the old one finish with its
+/// errors (availability errors, so no row moves towards dead) and their rows are
+/// published by the new one. (Found against tansu: after an outage every message
+/// failed with `ProducerFenced` until the relay restarted.)
+pub struct Producers {
+    brokers: String,
+    publish_timeout: Duration,
+    extra: Vec<(String, String)>,
+    current: std::sync::RwLock<FutureProducer>,
+}
+
+impl Producers {
+    pub fn new(
+        brokers: &str,
+        publish_timeout: Duration,
+        extra: &[(String, String)],
+    ) -> Result<Producers, rdkafka::error::KafkaError> {
+        Ok(Producers {
+            current: std::sync::RwLock::new(producer(brokers, publish_timeout, extra)?),
+            brokers: brokers.to_owned(),
+            publish_timeout,
+            extra: extra.to_vec(),
+        })
+    }
+
+    /// The producer to use now (a cheap handle).
+    pub fn current(&self) -> FutureProducer {
+        match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces `used` if it is stuck (`stuck`: one of its messages failed with a
+    /// producer-state error) or librdkafka declared it fatally broken, unless another
+    /// batch replaced it already.
+    pub fn renew_if_stuck(&self, used: &FutureProducer, stuck: Option<&str>) {
+        let (code, reason) = match (used.client().fatal_error(), stuck) {
+            (Some((code, reason)), _) => (Some(code), reason),
+            (None, Some(error)) => (None, error.to_owned()),
+            (None, None) => return,
+        };
+        let mut current = match self.current.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if current.client().native_ptr() != used.client().native_ptr() {
+            return;
+        }
+        match producer(&self.brokers, self.publish_timeout, &self.extra) {
+            Ok(fresh) => {
+                tracing::warn!(?code, %reason, "the Kafka producer is stuck: replaced by a new one");
+                *current = fresh;
+            }
+            Err(error) => {
+                tracing::error!(?code, %reason, %error, "the Kafka producer is stuck and a new one could not be made; retrying after the next batch")
+            }
+        }
+    }
 }
 
 /// What every message of one relay shares.

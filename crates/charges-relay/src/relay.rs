@@ -6,14 +6,13 @@ use std::time::{Duration, Instant};
 
 use charges_store::{OutboxStore, PendingEvent, Pool, PublishFailure, Transaction};
 use chrono::{DateTime, Utc};
-use rdkafka::producer::FutureProducer;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::broker::BrokerHealth;
 use crate::failure::{FailureKind, PublishError};
-use crate::publish::{MessageSettings, publish_batch};
+use crate::publish::{MessageSettings, Producers, publish_batch};
 use crate::{RelayError, error_chain, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
@@ -67,7 +66,7 @@ struct Answers {
 
 pub struct Relay {
     pool: Pool,
-    producer: FutureProducer,
+    producers: Arc<Producers>,
     settings: RelaySettings,
     health: Arc<BrokerHealth>,
 }
@@ -75,13 +74,13 @@ pub struct Relay {
 impl Relay {
     pub fn new(
         pool: Pool,
-        producer: FutureProducer,
+        producers: Arc<Producers>,
         settings: RelaySettings,
         health: Arc<BrokerHealth>,
     ) -> Relay {
         Relay {
             pool,
-            producer,
+            producers,
             settings,
             health,
         }
@@ -91,8 +90,8 @@ impl Relay {
         &self.settings
     }
 
-    pub fn producer(&self) -> &FutureProducer {
-        &self.producer
+    pub fn producers(&self) -> &Producers {
+        &self.producers
     }
 
     /// Claims up to `batch_size` rows, publishes them, marks the acknowledged ones
@@ -109,14 +108,21 @@ impl Relay {
             transaction.commit().await?;
             return Ok(BatchOutcome::default());
         }
+        let producer = self.producers.current();
         let results = publish_batch(
-            &self.producer,
+            &producer,
             &self.settings.message,
             &events,
             self.settings.publish_deadline(),
             &self.health,
         )
         .await;
+        let stuck = results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .find(|e| e.producer_stuck)
+            .map(|e| e.message.as_str());
+        self.producers.renew_if_stuck(&producer, stuck);
         let answers = self.sort(&events, results);
         self.judge_broker(&answers);
         let published = OutboxStore::mark_published(&transaction, &answers.acked).await?;
