@@ -18,7 +18,7 @@ ensure_postgres() {
 
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
 if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
-  && command -v cmake pg_isready cargo-nextest >/dev/null 2>&1; then
+  && command -v cmake pg_isready cargo-nextest tansu >/dev/null 2>&1; then
   ensure_postgres
   exit 0
 fi
@@ -48,6 +48,12 @@ fi
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
+# A real Kafka-protocol broker for the relay's tests (tests/src/tansu.rs). Built from
+# crates.io once per machine (about 25 minutes on 2 cores), kept in cargo's bin folder.
+command -v tansu >/dev/null 2>&1 || {
+  echo "deps: building tansu (a Kafka-compatible broker; once per machine, ~25 min)"
+  cargo install --locked tansu --version 0.6.0 --features dynostore
+}
 
 # Bundles the Kubernetes JSON schemas, so validation works offline (tests/tests/deploy.rs).
 if ! python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then

@@ -31,7 +31,7 @@ fn new_topic_name() -> String {
 /// The broker behind a [`TestKafka`].
 enum Broker {
     Mock(Mock),
-    Tansu(TestTansu),
+    Tansu(Box<TestTansu>),
     /// `KAFKA_BROKERS`: someone else's, no fault injection.
     External,
 }
@@ -79,7 +79,7 @@ impl TestKafka {
     pub async fn tansu(partitions: i32) -> TestKafka {
         let tansu = TestTansu::start().await;
         let bootstrap = tansu.bootstrap();
-        Self::on_real_broker(Broker::Tansu(tansu), bootstrap, partitions).await
+        Self::on_real_broker(Broker::Tansu(Box::new(tansu)), bootstrap, partitions).await
     }
 
     /// [`TestKafka::new`] for the mock, [`TestKafka::tansu`] for tansu.

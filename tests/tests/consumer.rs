@@ -85,6 +85,8 @@ async fn start_consumer(db: &TestDb, kafka: &TestKafka, group: &str, extra: &[&s
         "session.timeout.ms=6000",
         "--kafka-config",
         "heartbeat.interval.ms=500",
+        "--metrics-listen",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
     Process::start("charges-consumer", &args, &[], "consumer started")
@@ -165,8 +167,8 @@ async fn the_same_event_delivered_twice_changes_the_ledger_once() {
     assert_eq!(db.count("processed_events").await, 2);
     assert_eq!(
         db.count("consumer_schema_history").await,
-        1,
-        "the consumer's migrations have their own history table"
+        2,
+        "the consumer's migrations (V1, V2) have their own history table"
     );
     // Offsets are committed after each message: all three are done for the group.
     let deadline = tokio::time::Instant::now() + DEADLINE;
@@ -241,4 +243,75 @@ async fn a_redelivery_after_a_crash_before_the_offset_commit_changes_the_ledger_
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+fn charge_event(event_type: &str, id: Uuid, charge: Uuid, sequence: i64) -> String {
+    match event_type {
+        "ChargeCreated" => format!(
+            r#"{{"eventId":"{id}","chargeId":"{charge}","sequence":{sequence},"amountCents":1000,"currency":"EUR","occurredAt":"2025-01-01T00:00:00Z"}}"#
+        ),
+        _ => format!(
+            r#"{{"eventId":"{id}","chargeId":"{charge}","sequence":{sequence},"refundId":"{}","amountCents":10,"currency":"EUR","refundedCents":10,"occurredAt":"2025-01-01T00:00:01Z"}}"#,
+            Uuid::now_v7()
+        ),
+    }
+}
+
+/// `--ordering per-aggregate`: a charge's events arriving as 1, 3, 2 are all applied,
+/// and the two that came before their predecessor (3 before 2, then 2 after 3) are
+/// counted and logged; a duplicate of 1 is neither.
+#[tokio::test]
+async fn events_arriving_before_their_predecessor_are_counted() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let charge = Uuid::now_v7();
+    let first = Uuid::now_v7();
+    for (id, event_type, sequence) in [
+        (first, "ChargeCreated", 1),
+        (Uuid::now_v7(), "ChargeRefunded", 3),
+        (Uuid::now_v7(), "ChargeRefunded", 2),
+        (first, "ChargeCreated", 1),
+    ] {
+        let payload = charge_event(event_type, id, charge, sequence);
+        produce(&kafka, id, event_type, &payload).await;
+    }
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+    let consumer = start_consumer(&db, &kafka, &group, &["--ordering", "per-aggregate"]).await;
+    wait_for_log(&consumer, "duplicate event skipped", 1).await;
+    let log = consumer.output_text();
+    assert_eq!(
+        log.matches("event applied before its predecessor").count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("event applied").count(), 3, "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("consumer started"))
+        .expect("started line");
+    let addr = charges_tests::log_field(line, "metrics_addr").expect("metrics_addr");
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("charges_consumer_out_of_order_total 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("charges_consumer_events_total{outcome=\"applied\"} 3"),
+        "{metrics}"
+    );
+    let position: i64 = db
+        .client()
+        .query_one(
+            "SELECT last_sequence FROM aggregate_positions WHERE aggregate_id = $1",
+            &[&charge],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(position, 3);
 }

@@ -64,6 +64,16 @@ pub enum OffsetReset {
     Latest,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Ordering {
+    /// Apply events in whatever order they arrive (the ledger only adds).
+    Unordered,
+    /// The relay runs with --ordering per-aggregate: keep each charge's highest
+    /// applied sequence and count (metric, warning) every event that arrives before
+    /// its predecessor. Events are still applied.
+    PerAggregate,
+}
+
 impl OffsetReset {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -108,6 +118,24 @@ pub struct RunArgs {
     /// consumer stores offsets itself.
     #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
+
+    /// Whether to check each charge's event order (see the relay's --ordering).
+    #[arg(
+        long,
+        env = "CONSUMER_ORDERING",
+        value_enum,
+        default_value = "unordered"
+    )]
+    pub ordering: Ordering,
+
+    /// Address of the operations HTTP server: GET /metrics (Prometheus), /healthz,
+    /// /readyz. Port 0 picks a free port (logged as `metrics_addr`).
+    #[arg(
+        long,
+        env = "CONSUMER_METRICS_LISTEN",
+        default_value = "127.0.0.1:9095"
+    )]
+    pub metrics_listen: std::net::SocketAddr,
 
     /// Apply the consumer's pending migrations before starting.
     #[arg(long, env = "CONSUMER_MIGRATE")]

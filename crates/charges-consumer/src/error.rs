@@ -11,6 +11,10 @@ pub enum ConsumerError {
     Signal(#[source] std::io::Error),
     #[error("cannot write to stdout")]
     Output(#[source] std::io::Error),
+    #[error(transparent)]
+    OpsListen(#[from] charges_runtime::ops::OpsBindError),
+    #[error("installing the metrics recorder failed")]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
 }
 
 impl From<deadpool_postgres::PoolError> for ConsumerError {

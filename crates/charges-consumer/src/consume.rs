@@ -1,0 +1,207 @@
+//! The consumer loop: receive, apply in one transaction, then store and commit the
+//! offset.
+
+use std::time::Duration;
+
+use charges_runtime::DatabaseArgs;
+use deadpool_postgres::Pool;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::time::Instant;
+
+use charges_runtime::ops::OpsServer;
+
+use crate::apply::{Applied, apply};
+use crate::config::{Ordering, RunArgs};
+use crate::event::{Event, decode};
+use crate::inbox::Source;
+use crate::{ConsumerError, error_chain, metrics, migrations};
+
+fn consumer_config(args: &RunArgs) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &args.kafka_brokers)
+        .set("group.id", &args.group_id)
+        .set("client.id", "charges-consumer")
+        // Offsets are ours to commit, and only after the database commit.
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", args.offset_reset.as_str());
+    for (key, value) in &args.kafka_config {
+        config.set(key, value);
+    }
+    config
+}
+
+/// Commits the stored offsets. "Nothing stored" is not an error; any other failure is
+/// only logged: the next commit covers the same offsets, and until then a crash costs
+/// redeliveries, which the inbox absorbs.
+fn commit(consumer: &StreamConsumer, mode: CommitMode) {
+    match consumer.commit_consumer_state(mode) {
+        Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "offset commit failed; will retry with the next commit")
+        }
+    }
+}
+
+/// The consumer loop, until SIGTERM/SIGINT.
+pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerError> {
+    let pool = charges_store::connect(
+        &database.database_url,
+        &database.pool_settings("charges-consumer", 2),
+    )
+    .await?;
+    if args.migrate {
+        migrations::run(&pool).await?;
+    }
+    let metrics_handle = metrics::install()?;
+    let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
+    let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle)?;
+    let consumer: StreamConsumer = consumer_config(&args).create()?;
+    consumer.subscribe(&[args.topic.as_str()])?;
+    let signal = charges_runtime::shutdown_signal().map_err(ConsumerError::Signal)?;
+    tracing::info!(
+        topic = %args.topic,
+        group = %args.group_id,
+        brokers = %args.kafka_brokers,
+        ordering = ?args.ordering,
+        metrics_addr = %ops.addr_text(),
+        "consumer started"
+    );
+    let result = consume(&pool, &consumer, &args, signal).await;
+    commit(&consumer, CommitMode::Sync);
+    ops.stop().await;
+    upkeep.abort();
+    tracing::info!("consumer stopped");
+    result
+}
+
+/// Message after message until `signal`: apply, then store the offset; commit the
+/// stored offsets every `--commit-interval`.
+async fn consume(
+    pool: &Pool,
+    consumer: &StreamConsumer,
+    args: &RunArgs,
+    signal: impl Future<Output = &'static str>,
+) -> Result<(), ConsumerError> {
+    tokio::pin!(signal);
+    let check_order = args.ordering == Ordering::PerAggregate;
+    // Offsets stored since the last commit, and when the next commit is due.
+    let mut uncommitted = false;
+    let mut next_commit = Instant::now() + args.commit_interval;
+    loop {
+        let message = tokio::select! {
+            name = &mut signal => {
+                tracing::info!(signal = name, "shutting down");
+                return Ok(());
+            }
+            () = tokio::time::sleep_until(next_commit), if uncommitted => {
+                commit(consumer, CommitMode::Async);
+                uncommitted = false;
+                continue;
+            }
+            received = consumer.recv() => received,
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => {
+                // librdkafka recovers from broker errors by itself; this is a report.
+                tracing::warn!(error = %e, "kafka consumer error");
+                continue;
+            }
+        };
+        let Some(()) = process(pool, &message, &args.topic, check_order, &mut signal).await else {
+            tracing::info!("shutting down before this message was applied; it will be redelivered");
+            return Ok(());
+        };
+        // Only now, after the database commit, may Kafka hear that the message is done.
+        consumer.store_offset_from_message(&message)?;
+        if !uncommitted {
+            next_commit = Instant::now() + args.commit_interval;
+            uncommitted = true;
+        }
+        if Instant::now() >= next_commit {
+            commit(consumer, CommitMode::Async);
+            uncommitted = false;
+        }
+    }
+}
+
+/// Applies one message, retrying database failures until they pass. `None`: a
+/// shutdown signal came first, and nothing was applied.
+async fn process(
+    pool: &Pool,
+    message: &BorrowedMessage<'_>,
+    topic: &str,
+    check_order: bool,
+    signal: &mut (impl Future<Output = &'static str> + Unpin),
+) -> Option<()> {
+    let header = |name: &str| {
+        message
+            .headers()
+            .and_then(|headers| headers.iter().find(|h| h.key == name))
+            .and_then(|h| h.value)
+    };
+    let (partition, offset) = (message.partition(), message.offset());
+    let event = match decode(
+        header("id"),
+        header("ce_type"),
+        message.payload().unwrap_or_default(),
+    ) {
+        Ok(event) => event,
+        Err(poison) => {
+            // It can never be applied, and retrying would stop the partition for good:
+            // skip it, loudly, for an operator to look at.
+            tracing::error!(partition, offset, error = %poison, "skipping a message that cannot be processed");
+            metrics::event("skipped");
+            return Some(());
+        }
+    };
+    let source = Source {
+        topic,
+        partition,
+        offset,
+    };
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match apply(pool, &event, source, check_order).await {
+            Ok(applied) => {
+                report(&event, applied, partition, offset);
+                return Some(());
+            }
+            Err(e) => {
+                metrics::event("failed");
+                tracing::error!(id = %event.id, error = %error_chain(&e), ?delay, "applying the event failed; retrying");
+                tokio::select! {
+                    _ = &mut *signal => return None,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn report(event: &Event, applied: Applied, partition: i32, offset: i64) {
+    let (id, event_type) = (event.id, event.event_type.as_str());
+    match applied {
+        Applied::Applied => {
+            metrics::event("applied");
+            tracing::info!(%id, event_type, partition, offset, "event applied");
+        }
+        Applied::AppliedOutOfOrder { previous } => {
+            metrics::event("applied");
+            metrics::out_of_order();
+            let (charge, sequence) = event.position.unwrap_or_default();
+            tracing::warn!(%id, event_type, %charge, sequence, ?previous, partition, offset, "event applied before its predecessor");
+        }
+        Applied::Duplicate => {
+            metrics::event("duplicate");
+            tracing::info!(%id, event_type, partition, offset, "duplicate event skipped");
+        }
+    }
+}
