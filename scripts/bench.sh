@@ -5,7 +5,9 @@
 #   1. new charges:  POST /charges (wrk, fresh keys)    vs pgbench running the same SQL
 #   2. replays:      POST /charges with one key (wrk)   vs GET /healthz on the same server
 #   3. relay:        100k pending rows, 1 and 2 relays  vs the raw producer, same payloads,
-#                    and vs pgbench running the relay's claim + mark SQL alone
+#                    and vs pgbench running the relay's claim + mark SQL alone; then
+#                    --ordering per-aggregate (2 relays, 1 and 10 events per charge) next
+#                    to unordered and to pgbench running the ordered claim + mark
 #   4. commit→ack:   p50/p99 with LISTEN/NOTIFY         vs polling only (trigger disabled)
 # Writes target/bench/latest.json and prints a table.
 set -euo pipefail
@@ -165,32 +167,44 @@ coproc KAFKA { exec "$bin/kafka-mock" --topic charges.events --partitions 6; }
 pids+=("$KAFKA_PID")
 read -r line <&"${KAFKA[0]}"
 brokers="${line#bootstrap=}"
+# fill_outbox [EVENTS_PER_CHARGE]: $relay_rows pending rows, EVENTS_PER_CHARGE (1) per
+# charge with sequences 1..n; every charge's first event comes before any second one.
 fill_outbox() {
+  local per=${1:-1}
   empty_tables
   psql_db -c "
-    INSERT INTO charges (id, amount_cents, currency)
-      SELECT md5('c' || g)::uuid, 4900, 'EUR' FROM generate_series(1, $relay_rows) g;
-    INSERT INTO outbox (id, aggregate_id, event_type, payload)
-      SELECT md5('o' || g)::uuid, md5('c' || g)::uuid, 'ChargeCreated',
-             json_build_object('eventId', md5('o' || g)::uuid, 'chargeId', md5('c' || g)::uuid,
-                               'amountCents', 4900, 'currency', 'EUR', 'occurredAt', now())::jsonb
-        FROM generate_series(1, $relay_rows) g;
+    INSERT INTO charges (id, amount_cents, currency, event_sequence)
+      SELECT md5('c' || g)::uuid, 4900, 'EUR', $per FROM generate_series(1, $relay_rows / $per) g;
+    INSERT INTO outbox (id, aggregate_id, event_type, sequence, payload, created_at)
+      SELECT md5('o' || g || '-' || s)::uuid, md5('c' || g)::uuid,
+             CASE s WHEN 1 THEN 'ChargeCreated' ELSE 'ChargeRefunded' END, s,
+             json_build_object('eventId', md5('o' || g || '-' || s)::uuid, 'chargeId', md5('c' || g)::uuid,
+                               'sequence', s, 'amountCents', 4900, 'currency', 'EUR', 'occurredAt', now())::jsonb,
+             now() - interval '1 hour' + ((s - 1) * ($relay_rows / $per) + g) * interval '1 microsecond'
+        FROM generate_series(1, $relay_rows / $per) g, generate_series(1, $per) s;
     ANALYZE outbox;" >/dev/null
 }
-drain_with() { # workers → seconds
-  local workers=$1 started relay_pids=()
+drain_with() { # workers [relay flags...] → seconds
+  local workers=$1 started relay_pids=(); shift
   # From launch (start-up included) to the last mark, both on the database's clock, so
-  # the 0.2 s polling below does not add to the figure.
+  # the polling below does not add to the figure.
   started=$(psql_db -c "SELECT extract(epoch FROM clock_timestamp())")
   for _ in $(seq 1 "$workers"); do
     RUST_LOG=warn "$bin/charges-relay" --database-url "$url" --kafka-brokers "$brokers" \
-      --batch-size "$batch" --concurrency "$concurrency" --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+      --batch-size "$batch" --concurrency "$concurrency" --metrics-listen 127.0.0.1:0 "$@" >>"$out_dir/relay.log" 2>&1 &
     relay_pids+=($!); pids+=($!)
   done
   # Bounded, so that a relay that fails to start stops the bench instead of hanging it.
   drained 600
   psql_db -c "SELECT round((extract(epoch FROM max(published_at)) - $started)::numeric, 3) FROM outbox"
   kill -TERM "${relay_pids[@]}"; wait "${relay_pids[@]}" 2>/dev/null || true
+}
+sql_floor() { # clients script → rows/s: the relay's claim + mark alone, no Kafka
+  local clients=$1 script=$2 started
+  started=$(date +%s.%N)
+  pgbench "$url" -n -M prepared -c "$clients" -j "$clients" -t $(( (relay_rows / batch + clients) / clients )) \
+    -f "$script" >/dev/null 2>&1
+  awk -v n="$relay_rows" -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", n / (b - a) }'
 }
 fill_outbox
 log "raw producer, $relay_rows messages"
@@ -199,27 +213,40 @@ raw_eps=$(awk -v n="$(field events <<<"$line")" -v s="$(field seconds <<<"$line"
 batch="${BENCH_BATCH:-500}"               # the relay's default --batch-size
 concurrency="${BENCH_CONCURRENCY:-2}"     # and its default --concurrency
 "$bin/charges-bench" pgbench-relay-script --batch-size "$batch" >"$out_dir/relay.pgbench"
-for workers in 1 2; do
-  # The relay's own database work (claim + mark, no Kafka) by as many clients as the
-  # relays have batch loops.
-  sql_clients=$(( workers * concurrency ))
-  fill_outbox
-  log "relay SQL floor (pgbench), $sql_clients client(s)"
-  started=$(date +%s.%N)
-  pgbench "$url" -n -M prepared -c "$sql_clients" -j "$workers" -t $(( (relay_rows / batch + sql_clients) / sql_clients )) \
-    -f "$out_dir/relay.pgbench" >/dev/null 2>&1
-  sql_eps=$(awk -v n="$relay_rows" -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", n / (b - a) }')
-  fill_outbox
-  log "relay, $workers worker(s), $relay_rows rows"
-  secs=$(drain_with "$workers")
+"$bin/charges-bench" pgbench-relay-script --batch-size "$batch" --ordered >"$out_dir/relay-ordered.pgbench"
+# relay_round LABEL WORKERS EVENTS_PER_CHARGE SQL_SCRIPT [relay flags...]: drain time, and
+# the same claim + mark SQL run by pgbench with as many clients as the relays have loops.
+relay_round() {
+  local label=$1 workers=$2 per=$3 script=$4; shift 4
+  local sql_clients=$(( workers * concurrency ))
+  fill_outbox "$per"
+  log "$label: SQL floor (pgbench), $sql_clients client(s)"
+  sql_eps=$(sql_floor "$sql_clients" "$script")
+  fill_outbox "$per"
+  log "$label: $workers relay(s), $relay_rows rows, $per event(s) per charge"
+  secs=$(drain_with "$workers" "$@")
   eps=$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
   r=$(ratio "$eps" "$raw_eps")
   r_sql=$(ratio "$eps" "$sql_eps")
+}
+for workers in 1 2; do
+  relay_round "relay unordered" "$workers" 1 "$out_dir/relay.pgbench"
   target=""; [ "$workers" = 2 ] && target=" (target ≥ 0.8)"
   table_rows+=("relay $workers worker(s)|$eps events/s|raw producer $raw_eps events/s|$r$target")
   table_rows+=("  same, vs its SQL|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql")
-  json_rows+=("$(json relay_throughput workers="$workers" rows="$relay_rows" batch_size="$batch" concurrency="$concurrency" \
-    events_per_s="$eps" raw_producer_events_per_s="$raw_eps" ratio="$r" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql")")
+  json_rows+=("$(json relay_throughput ordering=unordered workers="$workers" rows="$relay_rows" batch_size="$batch" \
+    concurrency="$concurrency" events_per_charge=1 events_per_s="$eps" raw_producer_events_per_s="$raw_eps" ratio="$r" \
+    sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql")")
+  if [ "$workers" = 2 ]; then unordered_eps=$eps; fi
+done
+for per in 1 10; do
+  relay_round "relay ordered" 2 "$per" "$out_dir/relay-ordered.pgbench" --ordering per-aggregate
+  r_unordered=$(ratio "$eps" "$unordered_eps")
+  table_rows+=("ordered, $per ev/charge|$eps events/s|unordered (2 workers) $unordered_eps events/s|$r_unordered")
+  table_rows+=("  same, vs its SQL|$eps events/s|pgbench ordered claim+mark $sql_eps rows/s|$r_sql")
+  json_rows+=("$(json relay_throughput ordering=per-aggregate workers=2 rows="$relay_rows" batch_size="$batch" \
+    concurrency="$concurrency" events_per_charge="$per" events_per_s="$eps" raw_producer_events_per_s="$raw_eps" ratio="$r" \
+    sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" ratio_to_unordered="$r_unordered")")
 done
 
 # 4. Commit-to-ack latency: published_at (set right after the ack) - created_at (the

@@ -36,6 +36,9 @@ enum Command {
     PgbenchRelayScript {
         #[arg(long, default_value_t = 500)]
         batch_size: u32,
+        /// The claim of `--ordering per-aggregate`.
+        #[arg(long)]
+        ordered: bool,
     },
     /// Publish every outbox payload of a database with the relay's producer settings,
     /// as fast as the producer allows, and print `events=<n> seconds=<s>`.
@@ -57,8 +60,11 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::PgbenchScript => pgbench_script().map(|script| print!("{script}")),
-        Command::PgbenchRelayScript { batch_size } => {
-            print!("{}", pgbench_relay_script(batch_size));
+        Command::PgbenchRelayScript {
+            batch_size,
+            ordered,
+        } => {
+            print!("{}", pgbench_relay_script(batch_size, ordered));
             Ok(())
         }
         Command::Produce {
@@ -114,7 +120,7 @@ fn pgbench_script() -> Result<String, String> {
     );
     script += &bind(
         charges_store::outbox::INSERT,
-        &[event_id, charge_id, "'ChargeCreated'", payload, "now()"],
+        &[event_id, charge_id, "'ChargeCreated'", "1", payload, "now()"],
     );
     script += &bind(
         charges_store::idempotency_keys::COMPLETE,
@@ -124,13 +130,15 @@ fn pgbench_script() -> Result<String, String> {
     Ok(script)
 }
 
-fn pgbench_relay_script(batch_size: u32) -> String {
+fn pgbench_relay_script(batch_size: u32, ordered: bool) -> String {
     // pgbench passes one value from a statement to the next only through `\gset`, so
     // the claimed ids travel as one array, as the relay sends them.
-    let claim = bind(
-        charges_store::outbox::CLAIM_PENDING,
-        &[&batch_size.to_string()],
-    );
+    let claim = if ordered {
+        charges_store::outbox::CLAIM_PENDING_ORDERED
+    } else {
+        charges_store::outbox::CLAIM_PENDING
+    };
+    let claim = bind(claim, &[&batch_size.to_string()]);
     let claim = claim.trim_end().trim_end_matches(';');
     let mark = bind(
         charges_store::outbox::MARK_PUBLISHED_MANY,
