@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestApi, TestDb};
+use charges_tests::{Process, TestApi, TestDb, new_key, start_relay};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -214,10 +214,6 @@ impl Ledger {
 /// The API's current base URL: a restarted API listens on a new port.
 type BaseUrl = Arc<RwLock<String>>;
 
-fn new_key() -> String {
-    Uuid::new_v4().to_string()
-}
-
 fn charge_body(n: usize) -> String {
     format!(
         r#"{{"amountCents":{},"currency":"EUR"}}"#,
@@ -395,38 +391,6 @@ impl Load {
 /// Sleeps `total` (a named step of a scenario's timeline).
 async fn pause(total: Duration) {
     tokio::time::sleep(total).await;
-}
-
-// ---------------------------------------------------------------------------------
-// Processes.
-// ---------------------------------------------------------------------------------
-
-/// A relay for `db` and `kafka` with quick test settings, plus `extra` (later wins).
-async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
-        "--poll-interval",
-        "200ms",
-        "--publish-timeout",
-        "2s",
-        "--backoff-base",
-        "200ms",
-        "--backoff-max",
-        "1s",
-    ];
-    args.extend_from_slice(extra);
-    charges_tests::start_relay(kafka, &args, &[]).await.0
-}
-
-/// SIGKILL, then wait for the process to be gone.
-async fn kill9(process: &mut Process) {
-    process.signal("KILL");
-    process.wait(Duration::from_secs(10)).await;
-}
-
-fn still_running(process: &mut Process) -> bool {
-    matches!(process.child.try_wait(), Ok(None))
 }
 
 // ---------------------------------------------------------------------------------
@@ -782,7 +746,7 @@ async fn slow_api_killed_with_sigkill_under_load() {
     for _ in 0..KILLS {
         pause(rng.millis(300, 1500)).await;
         let killed_at = Instant::now();
-        kill9(&mut api.process).await;
+        api.process.kill9().await;
         pause(rng.millis(0, 300)).await;
         api = TestApi::start(&db, &api_args).await;
         *base.write().expect("base url") = api.base_url.clone();
@@ -844,7 +808,7 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
     let relay_args = ["--batch-size", "50"];
     let mut relays = Vec::new();
     for _ in 0..3 {
-        relays.push(start_relay(&db, &kafka, &relay_args).await);
+        relays.push(start_relay(&db, &kafka, &relay_args).await.0);
     }
     let load = start_load(
         &http,
@@ -859,12 +823,12 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
     for kill in 0..KILLS {
         pause(rng.millis(150, 700)).await;
         let victim = rng.below(relays.len());
-        kill9(&mut relays[victim]).await;
+        relays[victim].kill9().await;
         relays.swap_remove(victim);
         // Between 2 and 4 relays: sometimes one fewer for a while, sometimes one more.
         let target = 2 + (kill + rng.below(3)) % 3;
         while relays.len() < target {
-            relays.push(start_relay(&db, &kafka, &relay_args).await);
+            relays.push(start_relay(&db, &kafka, &relay_args).await.0);
         }
         most_running = most_running.max(relays.len());
     }
@@ -874,7 +838,7 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
             .expect("broker round trip time");
     }
     if relays.len() < 2 {
-        relays.push(start_relay(&db, &kafka, &relay_args).await);
+        relays.push(start_relay(&db, &kafka, &relay_args).await.0);
     }
     let faults = format!(
         "{KILLS} SIGKILLs of relays (2..={most_running} running, batch 50, broker RTT 100 ms), \
@@ -884,7 +848,7 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
     );
     check_invariants(scenario, &faults, &db, &kafka, &ledger, true).await;
     for relay in &mut relays {
-        assert!(still_running(relay), "a relay died by itself");
+        assert!(relay.still_running(), "a relay died by itself");
     }
 }
 
@@ -975,7 +939,7 @@ impl OutageUnderLoad {
     async fn start(db: &TestDb, kafka: &TestKafka) -> OutageUnderLoad {
         let acquire_timeout = Duration::from_secs(1);
         let api = TestApi::start(db, &["--db-acquire-timeout", "1s", "--db-pool-size", "8"]).await;
-        let relay = start_relay(db, kafka, &[]).await;
+        let (relay, _) = start_relay(db, kafka, &[]).await;
         let ledger = Arc::new(Ledger::default());
         let http = http_client(16);
         let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
@@ -1057,8 +1021,8 @@ impl OutageUnderLoad {
         };
         let answers_503 = self.ledger.count(503);
         assert!(answers_503 > 0, "the outage was never seen by a client");
-        assert!(still_running(&mut self.api.process), "the API died");
-        assert!(still_running(&mut self.relay), "the relay died");
+        assert!(self.api.process.still_running(), "the API died");
+        assert!(self.relay.still_running(), "the relay died");
         OutageFigures {
             outage,
             keys: keys + probes.len(),
@@ -1145,7 +1109,7 @@ async fn database_outage_is_503_within_the_acquire_timeout_and_both_binaries_rec
     );
     // The same relay must publish what piled up: no new relay is started.
     check_invariants(scenario, &faults, &db, &kafka, &run.ledger, true).await;
-    assert!(still_running(&mut run.relay), "the relay died");
+    assert!(run.relay.still_running(), "the relay died");
 }
 
 /// Scenario 4 literally: the Postgres server itself crashes under load
@@ -1173,7 +1137,7 @@ async fn postgres_crash_and_restart_under_load_is_503_and_both_binaries_recover(
         figures.describe()
     );
     check_invariants(scenario, &faults, &db, &kafka, &run.ledger, true).await;
-    assert!(still_running(&mut run.relay), "the relay died");
+    assert!(run.relay.still_running(), "the relay died");
 }
 
 // ---------------------------------------------------------------------------------
@@ -1221,7 +1185,7 @@ async fn slow_broker_outage_and_slow_broker() {
         return;
     };
     let api = TestApi::start(&db, &[]).await;
-    let mut relay = start_relay(&db, &kafka, &["--publish-timeout", "2s"]).await;
+    let (mut relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "2s"]).await;
     let ledger = Arc::new(Ledger::default());
     let http = http_client(8);
     let base: BaseUrl = Arc::new(RwLock::new(api.base_url.clone()));
@@ -1303,7 +1267,7 @@ async fn slow_broker_outage_and_slow_broker() {
         scalar(&db, "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL").await,
         0
     );
-    assert!(still_running(&mut relay), "the relay died");
+    assert!(relay.still_running(), "the relay died");
 }
 
 // ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use charges_tests::{TestApi, TestDb};
+use charges_tests::{TestApi, TestDb, new_key};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -110,10 +110,7 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
 
     // A charge to hang the templated paths on.
     let created = api
-        .post_charge(
-            Some(&Uuid::new_v4().to_string()),
-            r#"{"amountCents":1000,"currency":"EUR"}"#,
-        )
+        .post_charge(Some(&new_key()), r#"{"amountCents":1000,"currency":"EUR"}"#)
         .await;
     assert_eq!(created.status().as_u16(), 201);
     let charge: Value = created.json().await.expect("charge JSON");
@@ -125,12 +122,7 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         let request = if method == "get" {
             get("", path)
         } else {
-            post(
-                "",
-                path,
-                Some(&Uuid::new_v4().to_string()),
-                r#"{"amountCents":1}"#,
-            )
+            post("", path, Some(&new_key()), r#"{"amountCents":1}"#)
         };
         let status = send(&api, &request).await.status().as_u16();
         assert!(
@@ -140,8 +132,8 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     }
 
     // 2. Scripted requests: each answer's status, headers and problem type are documented.
-    let key = Uuid::new_v4().to_string();
-    let refund_key = Uuid::new_v4().to_string();
+    let key = new_key();
+    let refund_key = new_key();
     let big = format!(r#"{{"amountCents":1,"pad":"{}"}}"#, "x".repeat(2048));
     let refunds = format!("/charges/{id}/refunds");
     let unknown = format!("/charges/{}", Uuid::now_v7());
@@ -174,15 +166,10 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         post(
             "/charges",
             "/charges".into(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             r#"{"amountCents":1.5}"#,
         ),
-        post(
-            "/charges",
-            "/charges".into(),
-            Some(&Uuid::new_v4().to_string()),
-            &big,
-        ),
+        post("/charges", "/charges".into(), Some(&new_key()), &big),
         get("/charges/{id}", format!("/charges/{id}")),
         get("/charges/{id}", unknown.clone()),
         get("/charges/{id}", "/charges/42".into()),
@@ -207,19 +194,19 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         post(
             "/charges/{id}/refunds",
             refunds.clone(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             r#"{"amountCents":999999}"#,
         ),
         post(
             "/charges/{id}/refunds",
             format!("{unknown}/refunds"),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             "{}",
         ),
         post(
             "/charges/{id}/refunds",
             "/charges/42/refunds".into(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             "{}",
         ),
         get("/healthz", "/healthz".into()),
@@ -229,7 +216,7 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     let mut wrong_type = post(
         "/charges",
         "/charges".into(),
-        Some(&Uuid::new_v4().to_string()),
+        Some(&new_key()),
         "amountCents=1",
     );
     wrong_type.content_type = "application/x-www-form-urlencoded";

@@ -4,127 +4,12 @@
 //! expects, up to a generous deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestApi, TestDb, binary};
+use charges_tests::outbox::{count_outbox, insert_pending, outbox_row};
+use charges_tests::{DEADLINE, TestApi, TestDb, new_key, poll_within, relay_command, start_relay};
 use uuid::Uuid;
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Starts a relay for `db` and `kafka` with quick test settings, plus `extra` flags
-/// (later flags win).
-async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
-        "--poll-interval",
-        "200ms",
-        "--publish-timeout",
-        "2s",
-        "--backoff-base",
-        "200ms",
-        "--backoff-max",
-        "1s",
-    ];
-    args.extend_from_slice(extra);
-    charges_tests::start_relay(kafka, &args, &[]).await.0
-}
-
-/// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries
-/// `pad` filler bytes; returns the outbox ids in insertion order.
-async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
-    db.client()
-        .query(
-            "WITH ids AS (
-                 SELECT gen_random_uuid() AS charge_id, gen_random_uuid() AS event_id, g
-                 FROM generate_series(1, $1::int) AS g
-             ), c AS (
-                 INSERT INTO charges (id, amount_cents, currency)
-                 SELECT charge_id, 100 + g, 'EUR' FROM ids
-             )
-             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
-             SELECT event_id, charge_id, 'ChargeCreated',
-                    jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
-                                       'amountCents', 100 + g, 'currency', 'EUR',
-                                       'pad', repeat('x', $2::int)),
-                    clock_timestamp()
-             FROM ids ORDER BY g
-             RETURNING id",
-            &[&n, &pad],
-        )
-        .await
-        .expect("insert pending outbox rows")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
-}
-
-/// Polls `sql` (one row, one `bool` column) until it is true.
-async fn wait_for_sql(
-    db: &TestDb,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    what: &str,
-) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let holds: bool = db
-            .client()
-            .query_one(sql, params)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .get(0);
-        if holds {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-struct OutboxRow {
-    published: bool,
-    attempts: i32,
-    last_error: Option<String>,
-    retry_scheduled: bool,
-    dead: bool,
-}
-
-async fn outbox_row(db: &TestDb, id: Uuid) -> OutboxRow {
-    let row = db
-        .client()
-        .query_one(
-            "SELECT published_at IS NOT NULL, attempts, last_error,
-                    next_attempt_at > created_at, dead_at IS NOT NULL
-             FROM outbox WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .expect("read outbox row");
-    OutboxRow {
-        published: row.get(0),
-        attempts: row.get(1),
-        last_error: row.get(2),
-        retry_scheduled: row.get(3),
-        dead: row.get(4),
-    }
-}
-
-/// Runs a `charges-relay` subcommand to completion and returns its stdout.
-fn relay_command(db: &TestDb, args: &[&str]) -> String {
-    let output = std::process::Command::new(binary("charges-relay"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .expect("run charges-relay");
-    assert!(
-        output.status.success(),
-        "charges-relay {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// 1. One charge through the API → exactly one message, keyed and headed by its outbox
 ///    id, with the CloudEvents headers and the row's payload; the row is then marked.
@@ -135,8 +20,9 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     let api = TestApi::start(&db, &[]).await;
     let _relay = start_relay(&db, &kafka, &[]).await;
 
-    let key = Uuid::new_v4().to_string();
-    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    let response = api
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .await;
     assert_eq!(response.status().as_u16(), 201, "POST /charges");
 
     let row = db
@@ -151,8 +37,7 @@ async fn a_created_charge_is_published_once_with_its_headers() {
         (row.get(0), row.get(1), row.get(2), row.get(3));
     let id_text = id.to_string();
 
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&id],
         "the row is marked published",
@@ -206,8 +91,7 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
     let _relay = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
     let ids = insert_pending(&db, 3, 0).await;
 
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(attempts >= 1) FROM outbox",
         &[],
         "every row has a failed attempt",
@@ -234,20 +118,10 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
         );
         assert!(row.retry_scheduled, "next_attempt_at moved on");
     }
-    let nothing: i64 = db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
-    assert_eq!(nothing, 0);
+    assert_eq!(count_outbox(&db, "published_at IS NOT NULL").await, 0);
 
     mock.broker_up(1).expect("broker up");
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
         &[],
         "every row is published after the broker came back",
@@ -283,8 +157,9 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .await
         .expect("install the hanging trigger");
 
-    let key = Uuid::new_v4().to_string();
-    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    let response = api
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .await;
     assert_eq!(response.status().as_u16(), 201, "POST /charges");
     let id: Uuid = db
         .client()
@@ -294,7 +169,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .get(0);
     let id_text = id.to_string();
 
-    let mut first = start_relay(&db, &kafka, &["--publish-timeout", "10s"]).await;
+    let (mut first, _) = start_relay(&db, &kafka, &["--publish-timeout", "10s"]).await;
     let mut reader = kafka.reader();
     reader
         .read_until(DEADLINE, "the event", |m| {
@@ -302,8 +177,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         })
         .await;
     let copies_before_kill = reader.with_id(&id_text).len();
-    first.signal("KILL");
-    first.wait(Duration::from_secs(10)).await;
+    first.kill9().await;
     assert!(
         !outbox_row(&db, id).await.published,
         "the mark never completed, so the row must still be pending"
@@ -314,8 +188,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .await
         .expect("remove the obstacle");
     let _second = start_relay(&db, &kafka, &[]).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&id],
         "the second relay marks the row",
@@ -333,13 +206,11 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
     // At least once on the wire; exactly once in the database and for a consumer
     // that deduplicates on header `id`.
     assert!(reader.with_id(&id_text).len() >= 2);
-    let charges: i64 = db
-        .client()
-        .query_one("SELECT count(*) FROM charges", &[])
-        .await
-        .expect("count charges")
-        .get(0);
-    assert_eq!(charges, 1, "one charge for one idempotency key");
+    assert_eq!(
+        db.count("charges").await,
+        1,
+        "one charge for one idempotency key"
+    );
     let deduplicated: BTreeSet<&str> = reader
         .messages
         .iter()
@@ -384,31 +255,25 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
     let kafka = TestKafka::new(4).await;
     let mut relays = Vec::new();
     for _ in 0..4 {
-        relays.push(start_relay(&db, &kafka, &["--publish-timeout", "30s"]).await);
+        relays.push(
+            start_relay(&db, &kafka, &["--publish-timeout", "30s"])
+                .await
+                .0,
+        );
     }
     let ids = insert_pending(&db, ROWS as i32, 0).await;
     assert_eq!(ids.len(), ROWS);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let pending: i64 = db
-            .client()
-            .query_one(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-                &[],
-            )
-            .await
-            .expect("count pending")
-            .get(0);
-        if pending == 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{pending} rows still pending"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // A backlog this size on 2 cores may take longer than one usual deadline.
+    let drained = poll_within(DEADLINE * 3, async || {
+        (count_outbox(&db, "published_at IS NULL").await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        drained.is_some(),
+        "{} rows still pending",
+        count_outbox(&db, "published_at IS NULL").await
+    );
 
     assert_on_topic_exactly_once(&kafka, &ids, Duration::from_secs(120)).await;
     for relay in &relays {
@@ -434,7 +299,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     };
     mock.broker_round_trip_time(-1, Duration::from_millis(400))
         .expect("broker round-trip time");
-    let relay = start_relay(
+    let (relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -451,8 +316,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
 
     // More than two batches of 5 locked at once: three claims are in flight. (Rows a
     // claim transaction holds are the pending rows `SKIP LOCKED` cannot take.)
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) > 10 FROM outbox
          WHERE published_at IS NULL
            AND id NOT IN (SELECT id FROM outbox FOR UPDATE SKIP LOCKED)",
@@ -460,8 +324,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
         "three batches of one relay claimed at once",
     )
     .await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL",
         &[],
         "every row published",
@@ -486,7 +349,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     let before = insert_pending(&db, 3, 0).await;
     let poisoned = insert_pending(&db, 1, 20_000).await[0];
     let after = insert_pending(&db, 3, 0).await;
-    let mut relay = start_relay(
+    let (mut relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -502,16 +365,14 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     )
     .await;
 
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&poisoned],
         "the poisoned row is dead",
     )
     .await;
     for id in before.iter().chain(&after) {
-        wait_for_sql(
-            &db,
+        db.wait_for(
             "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
             &[id],
             "its neighbours are published",
@@ -524,8 +385,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     assert!(row.last_error.is_some_and(|e| !e.is_empty()));
 
     // Dead rows are no longer claimed: stop the relay so nothing races the requeue.
-    relay.signal("TERM");
-    assert!(relay.wait(Duration::from_secs(30)).await.success());
+    relay.stop().await;
 
     let listed = relay_command(&db, &["dead", "list"]);
     assert!(
@@ -547,8 +407,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
 
     // With the default (1 MB) limit the requeued row goes out.
     let _relay = start_relay(&db, &kafka, &[]).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&poisoned],
         "the requeued row is published",
@@ -600,8 +459,7 @@ async fn retention_deletes_old_published_rows_only() {
         &["--published-retention", "1h", "--cleanup-interval", "200ms"],
     )
     .await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 0 FROM outbox WHERE id = ANY($1)",
         &[&vec![old_a, old_b]],
         "old published rows are deleted",
@@ -630,13 +488,12 @@ async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
     if let Some(mock) = mock {
         mock.broker_down(1).expect("broker down");
     }
-    let mut relay = start_relay(&db, &kafka, &["--publish-timeout", "3s"]).await;
+    let (mut relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "3s"]).await;
     insert_pending(&db, 5, 0).await;
 
     if mock.is_some() {
         // The batch is in flight: its claim transaction is open, waiting for acks.
-        wait_for_sql(
-            &db,
+        db.wait_for(
             "SELECT count(*) > 0 FROM pg_stat_activity
              WHERE datname = current_database()
                AND application_name = 'charges-relay'
@@ -646,41 +503,20 @@ async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
         )
         .await;
     }
-    relay.signal("TERM");
-    let status = relay.wait(Duration::from_secs(30)).await;
+    let signalled = Instant::now();
+    relay.stop().await;
+    let took = signalled.elapsed();
     assert!(
-        status.success(),
-        "exit status {status:?}:\n{}",
-        relay.output_text()
+        took < Duration::from_secs(30),
+        "the relay took {took:?} to exit"
     );
     assert!(relay.output_text().contains("relay stopped"));
     if mock.is_some() {
-        let marked: i64 = db
-            .client()
-            .query_one(
-                "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-                &[],
-            )
-            .await
-            .expect("count")
-            .get(0);
+        let marked = count_outbox(&db, "published_at IS NOT NULL").await;
         assert_eq!(
             marked, 0,
             "nothing was acknowledged, so nothing may be marked"
         );
-    }
-}
-
-/// Waits until `process` has logged a line containing `marker`.
-async fn wait_for_log(process: &Process, marker: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !process.output_text().contains(marker) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never logged {marker:?}:\n{}",
-            process.output_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -691,11 +527,10 @@ async fn wait_for_log(process: &Process, marker: &str) {
 async fn notifications_wake_the_relay_and_the_listener_reconnects() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let relay = start_relay(&db, &kafka, &["--poll-interval", "1h"]).await;
+    let (relay, _) = start_relay(&db, &kafka, &["--poll-interval", "1h"]).await;
 
     let first = insert_pending(&db, 2, 0).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
         &[&first],
         "the notified rows are published",
@@ -716,11 +551,10 @@ async fn notifications_wake_the_relay_and_the_listener_reconnects() {
         .expect("terminate the listener")
         .get(0);
     assert_eq!(terminated, 1, "one listener connection");
-    wait_for_log(&relay, "listener reconnected").await;
+    relay.wait_for_log("listener reconnected", 1).await;
 
     let second = insert_pending(&db, 1, 0).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
         &[&second],
         "a row inserted after the reconnect is published",
@@ -739,20 +573,14 @@ async fn a_refund_is_published_as_charge_refunded() {
     let _relay = start_relay(&db, &kafka, &["--message-key", "aggregate-id"]).await;
 
     let charge = api
-        .post_charge(Some(&Uuid::new_v4().to_string()), r#"{"amountCents":4900}"#)
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
         .await;
     assert_eq!(charge.status().as_u16(), 201);
     let charge: serde_json::Value = charge.json().await.expect("charge JSON");
     let charge_id = charge["id"].as_str().expect("id").to_owned();
     let refund = api
-        .http
-        .post(api.url(&format!("/charges/{charge_id}/refunds")))
-        .header("content-type", "application/json")
-        .header("idempotency-key", Uuid::new_v4().to_string())
-        .body(r#"{"amountCents":900}"#)
-        .send()
-        .await
-        .expect("POST refund");
+        .post_refund(&charge_id, &new_key(), r#"{"amountCents":900}"#)
+        .await;
     assert_eq!(refund.status().as_u16(), 201);
     let refund: serde_json::Value = refund.json().await.expect("refund JSON");
 
@@ -790,8 +618,7 @@ async fn a_refund_is_published_as_charge_refunded() {
     assert_eq!(payload["refundId"], refund["id"]);
     assert_eq!(payload["amountCents"], 900);
     assert_eq!(payload["refundedCents"], 900);
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
         &[],
         "both rows marked published",

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestDb, binary, log_field};
+use charges_tests::metrics::{sample, scrape_until};
+use charges_tests::{
+    DEADLINE, Process, TestDb, binary, block_on_own_runtime, connect, expect_problem, log_field,
+    new_key, start_relay,
+};
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
@@ -15,14 +19,9 @@ const BODY: &str = r#"{"amountCents":4900,"currency":"EUR"}"#;
 const OTHER_BODY: &str = r#"{"amountCents":5000,"currency":"EUR"}"#;
 const SECRET_A: &str = "client-a-secret-7d3f0c2a9e81";
 const SECRET_B: &str = "client-b-secret-41b7a0d95c2f";
-const DEADLINE: Duration = Duration::from_secs(60);
 
 fn api_keys() -> String {
     format!("client-a:{SECRET_A},client-b:{SECRET_B}")
-}
-
-fn new_key() -> String {
-    Uuid::new_v4().to_string()
 }
 
 /// `url` with its user info replaced by `user` and, if given, `password`.
@@ -125,15 +124,6 @@ fn run(name: &str, args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
     (output.status.success(), text)
 }
 
-async fn problem(response: reqwest::Response, status: StatusCode) -> Value {
-    assert_eq!(response.status(), status);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
-    response.json().await.unwrap()
-}
-
 fn assert_hidden(output: &str, secrets: &[&str], what: &str) {
     for secret in secrets {
         assert!(
@@ -175,7 +165,7 @@ async fn two_clients_with_one_idempotency_key_get_independent_charges() {
     // Each client's key is bound to its own first request.
     for secret in [SECRET_A, SECRET_B] {
         let conflict = api.post("/charges", Some(secret), &key, OTHER_BODY).await;
-        let body = problem(conflict, StatusCode::UNPROCESSABLE_ENTITY).await;
+        let body = expect_problem(conflict, StatusCode::UNPROCESSABLE_ENTITY).await;
         assert_eq!(body["type"], "/problems/idempotency-key-reused");
     }
 
@@ -207,7 +197,7 @@ async fn two_clients_with_one_idempotency_key_get_independent_charges() {
         api.get(&a_path, Some(SECRET_A)).await.status(),
         StatusCode::OK
     );
-    let hidden = problem(
+    let hidden = expect_problem(
         api.get(&a_path, Some(SECRET_B)).await,
         StatusCode::NOT_FOUND,
     )
@@ -217,7 +207,7 @@ async fn two_clients_with_one_idempotency_key_get_independent_charges() {
     let refund_key = new_key();
     let refused = api.post(&refunds, Some(SECRET_B), &refund_key, "{}").await;
     assert_eq!(
-        problem(refused, StatusCode::NOT_FOUND).await["type"],
+        expect_problem(refused, StatusCode::NOT_FOUND).await["type"],
         "/problems/charge-not-found"
     );
     let refunded = api.post(&refunds, Some(SECRET_A), &refund_key, "{}").await;
@@ -240,7 +230,7 @@ async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
         r#"Bearer realm="charges""#
     );
     assert!(missing.headers().contains_key("x-request-id"));
-    let body = problem(missing, StatusCode::UNAUTHORIZED).await;
+    let body = expect_problem(missing, StatusCode::UNAUTHORIZED).await;
     assert_eq!(body["type"], "/problems/unauthorized");
     assert_eq!(body["status"], 401);
 
@@ -256,7 +246,7 @@ async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
             response.headers()["www-authenticate"],
             r#"Bearer realm="charges", error="invalid_token""#
         );
-        problem(response, StatusCode::UNAUTHORIZED).await;
+        expect_problem(response, StatusCode::UNAUTHORIZED).await;
     }
     for authorization in [
         format!("Basic {SECRET_A}"),
@@ -269,7 +259,7 @@ async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
             .send()
             .await
             .unwrap();
-        problem(response, StatusCode::UNAUTHORIZED).await;
+        expect_problem(response, StatusCode::UNAUTHORIZED).await;
     }
     let twice = api
         .request(reqwest::Method::GET, &charge, Some(SECRET_A))
@@ -277,10 +267,10 @@ async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
         .send()
         .await
         .unwrap();
-    problem(twice, StatusCode::UNAUTHORIZED).await;
+    expect_problem(twice, StatusCode::UNAUTHORIZED).await;
     // Unknown paths need a key too: routes are not discoverable.
-    problem(api.get("/nope", None).await, StatusCode::UNAUTHORIZED).await;
-    problem(api.get(&charge, None).await, StatusCode::UNAUTHORIZED).await;
+    expect_problem(api.get("/nope", None).await, StatusCode::UNAUTHORIZED).await;
+    expect_problem(api.get(&charge, None).await, StatusCode::UNAUTHORIZED).await;
     assert_eq!(db.count("idempotency_keys").await, 0);
     assert_eq!(db.count("charges").await, 0);
 
@@ -291,7 +281,7 @@ async fn missing_or_wrong_keys_are_401_and_probes_stay_open() {
         .send()
         .await
         .unwrap();
-    problem(lower, StatusCode::NOT_FOUND).await;
+    expect_problem(lower, StatusCode::NOT_FOUND).await;
     for open in ["/healthz", "/readyz", "/metrics"] {
         assert_eq!(api.get(open, None).await.status(), StatusCode::OK, "{open}");
     }
@@ -343,7 +333,7 @@ async fn secrets_never_reach_logs_errors_or_help() {
         .unwrap();
     assert_eq!(echoed.status(), StatusCode::OK);
     api.process.signal("TERM");
-    assert!(api.process.wait(DEADLINE).await.success());
+    assert!(api.process.wait().await.success());
     let output = api.process.output_text();
     assert!(output.contains("request finished"), "{output}");
     assert!(output.contains("request_id=[REDACTED]"), "{output}");
@@ -467,44 +457,27 @@ impl Drop for Roles {
     fn drop(&mut self) {
         let names = [self.migrator.clone(), self.api.clone(), self.relay.clone()];
         let db_url = self.db_url.clone();
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let (client, connection) =
-                    tokio_postgres::connect(&db_url, tokio_postgres::NoTls).await?;
-                tokio::spawn(connection);
-                let quoted = names
-                    .iter()
-                    .map(|n| format!("'{n}'"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let list = names.join(", ");
-                client
-                    .batch_execute(&format!(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                          WHERE usename IN ({quoted});
-                         DROP OWNED BY {list} CASCADE;
-                         DROP ROLE {list};"
-                    ))
-                    .await
-            })
-        })
-        .join();
-        if let Ok(Err(e)) = dropped {
-            eprintln!("could not drop the test roles: {e}");
+        let dropped = block_on_own_runtime(async move {
+            let quoted = names
+                .iter()
+                .map(|n| format!("'{n}'"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let list = names.join(", ");
+            connect(&db_url)
+                .await
+                .batch_execute(&format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                      WHERE usename IN ({quoted});
+                     DROP OWNED BY {list} CASCADE;
+                     DROP ROLE {list};"
+                ))
+                .await
+        });
+        if !matches!(dropped, Some(Ok(()))) {
+            eprintln!("could not drop the test roles: {dropped:?}");
         }
     }
-}
-
-async fn connect_as(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
-    tokio::spawn(connection);
-    client
 }
 
 async fn assert_denied(client: &tokio_postgres::Client, sql: &str) {
@@ -517,20 +490,6 @@ async fn assert_denied(client: &tokio_postgres::Client, sql: &str) {
         Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
         "{sql}: {error:?}"
     );
-}
-
-async fn wait_for_sql(db: &TestDb, sql: &str, what: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !db
-        .client()
-        .query_one(sql, &[])
-        .await
-        .unwrap()
-        .get::<_, bool>(0)
-    {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// deploy/sql/roles.sql and grants.sql, run verbatim on an empty database: the
@@ -570,23 +529,20 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     let relay_url = roles.url(&roles.relay);
     let api = Api::start(&[("DATABASE_URL", &api_url)]).await;
     let kafka = TestKafka::new(1).await;
-    let (relay, line) = charges_tests::start_relay(
+    let (relay, relay_metrics) = start_relay(
+        &db,
         &kafka,
         &[
-            "--poll-interval",
-            "200ms",
-            "--stats-interval",
-            "200ms",
+            "--database-url",
+            &relay_url,
             "--reconcile-interval",
             "200ms",
             // Retention runs once at start-up; `purge` below does the rest.
             "--cleanup-interval",
             "1h",
         ],
-        &[("DATABASE_URL", &relay_url)],
     )
     .await;
-    let relay_ops = format!("http://{}", log_field(&line, "metrics_addr").unwrap());
 
     // The API: charge, replay, refund, read, readiness.
     let key = new_key();
@@ -611,9 +567,9 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     assert_eq!(api.get("/readyz", None).await.status(), StatusCode::OK);
 
     // The relay: both events published and marked; its probe and reconciliation.
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 2 FROM outbox WHERE published_at IS NOT NULL",
+        &[],
         "both events published",
     )
     .await;
@@ -621,40 +577,24 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     reader
         .read_until(DEADLINE, "both events", |messages| messages.len() >= 2)
         .await;
+    let relay_readyz = relay_metrics.replace("/metrics", "/readyz");
     assert_eq!(
-        api.http
-            .get(format!("{relay_ops}/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        api.http.get(relay_readyz).send().await.unwrap().status(),
         StatusCode::OK
     );
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let metrics = api
-            .http
-            .get(format!("{relay_ops}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let reconciled = metrics.lines().any(|l| {
-            l.starts_with("charges_maintenance_last_success_timestamp_seconds{task=\"reconcile\"}")
-                && !l.ends_with(" 0")
-        });
-        if reconciled {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "reconciliation never succeeded:\n{}",
-            relay.output_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    scrape_until(
+        &api.http,
+        &relay_metrics,
+        "reconciliation succeeded",
+        |text| {
+            sample(
+                text,
+                "charges_maintenance_last_success_timestamp_seconds",
+                &[("task", "reconcile")],
+            ) > 0.0
+        },
+    )
+    .await;
 
     // `purge` as the relay role.
     db.client()
@@ -694,15 +634,15 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         &relay_env,
     );
     assert!(ok && output.contains("requeued 1"), "{output}");
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 3 FROM outbox WHERE published_at IS NOT NULL",
+        &[],
         "the requeued event published",
     )
     .await;
 
     // What the roles must not do.
-    let as_api = connect_as(&api_url).await;
+    let as_api = connect(&api_url).await;
     for sql in [
         "DELETE FROM charges",
         "UPDATE outbox SET attempts = 0",
@@ -714,7 +654,7 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     ] {
         assert_denied(&as_api, sql).await;
     }
-    let as_relay = connect_as(&relay_url).await;
+    let as_relay = connect(&relay_url).await;
     for sql in [
         "UPDATE outbox SET payload = '{}'",
         "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 1, 'EUR')",
@@ -779,17 +719,24 @@ async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
     let created = api.post("/charges", None, &new_key(), BODY).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let kafka = TestKafka::new(1).await;
-    let (_relay, _) = charges_tests::start_relay(
+    let _relay = start_relay(
+        &db,
         &kafka,
-        &["--poll-interval", "1h"],
-        &[("DATABASE_URL", &tls_url), ("DATABASE_CA_FILE", &ca_file)],
+        &[
+            "--database-url",
+            &tls_url,
+            "--database-ca-file",
+            &ca_file,
+            "--poll-interval",
+            "1h",
+        ],
     )
     .await;
     // Published with polling off: the LISTEN session woke the relay (or its start-up
     // pass found the row), and the relay's pool marked it.
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 1 FROM outbox WHERE published_at IS NOT NULL",
+        &[],
         "the charge published",
     )
     .await;
@@ -809,11 +756,11 @@ async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
         StatusCode::CREATED
     );
     // The killed API's sessions end by themselves; the new one's must all be plain.
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) > 0 AND count(*) FILTER (WHERE s.ssl) = 0
            FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
           WHERE a.datname = current_database() AND a.application_name = 'charges-api'",
+        &[],
         "the plain-text API's sessions, and only those",
     )
     .await;
@@ -836,11 +783,10 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         api.post("/charges", None, &new_key(), BODY).await.status(),
         StatusCode::CREATED
     );
-    let (relay, _) = charges_tests::start_relay(
+    let (relay, _) = start_relay(
+        &db,
         &kafka,
         &[
-            "--poll-interval",
-            "200ms",
             "--publish-timeout",
             "1s",
             "--kafka-config",
@@ -852,13 +798,12 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
             "--kafka-config",
             "sasl.password=kafka-secret-5e1f",
         ],
-        &[("DATABASE_URL", &db.url)],
     )
     .await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 1 FROM outbox
           WHERE published_at IS NULL AND attempts >= 2 AND last_error IS NOT NULL",
+        &[],
         "two failed attempts recorded",
     )
     .await;
