@@ -132,6 +132,26 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     }
 
     // 2. Scripted requests: each answer's status, headers and problem type are documented.
+    let problem_types: BTreeSet<String> = spec
+        .pointer("/components/schemas/Problem/properties/type/enum")
+        .and_then(Value::as_array)
+        .expect("the Problem type enum")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for request in &script(&id) {
+        let response = send(&api, request).await;
+        seen.insert(assert_documented(&spec, &problem_types, request, response).await);
+    }
+    // The script covers the interesting answers, not only the happy path.
+    for status in [200, 201, 400, 404, 413, 415, 422] {
+        assert!(seen.contains(&status), "the script never produced {status}");
+    }
+}
+
+/// Requests for every answer worth documenting, on the charge `id`.
+fn script(id: &str) -> Vec<Scripted> {
     let key = new_key();
     let refund_key = new_key();
     let big = format!(r#"{{"amountCents":1,"pad":"{}"}}"#, "x".repeat(2048));
@@ -222,64 +242,61 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     wrong_type.content_type = "application/x-www-form-urlencoded";
     script.push(wrong_type);
 
-    let problem_types: BTreeSet<String> = spec
-        .pointer("/components/schemas/Problem/properties/type/enum")
-        .and_then(Value::as_array)
-        .expect("the Problem type enum")
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
-    let mut seen = BTreeSet::new();
-    for request in &script {
-        let response = send(&api, request).await;
-        let status = response.status().as_u16();
-        let what = format!(
-            "{} {} → {status}",
-            request.method.to_uppercase(),
-            request.path
-        );
-        seen.insert(status);
-        let operation = &spec["paths"][request.template][request.method];
-        assert!(
-            operation.is_object(),
-            "{what}: no such operation in openapi.yaml"
-        );
-        let documented = operation["responses"]
-            .get(status.to_string())
-            .unwrap_or_else(|| panic!("{what}: status {status} is not listed in openapi.yaml"));
-        let documented = resolve(&spec, documented);
-        let declared: BTreeSet<String> = documented["headers"]
-            .as_object()
-            .map(|headers| headers.keys().map(|k| k.to_ascii_lowercase()).collect())
-            .unwrap_or_default();
-        for header in DOCUMENTED_HEADERS {
-            if response.headers().contains_key(*header) {
-                assert!(
-                    declared.contains(*header),
-                    "{what}: the server sends {header} but openapi.yaml does not declare it"
-                );
-            }
-        }
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let body = response.text().await.expect("body");
-        if content_type.starts_with("application/problem+json") {
-            let problem: Value = serde_json::from_str(&body).expect("problem JSON");
-            let kind = problem["type"].as_str().unwrap_or_default();
+    script
+}
+
+/// The answer's status is listed for its operation, every header of
+/// [`DOCUMENTED_HEADERS`] it carries is declared for that status, and a problem's
+/// `type` is one of `problem_types`. Returns the status.
+async fn assert_documented(
+    spec: &Value,
+    problem_types: &BTreeSet<String>,
+    request: &Scripted,
+    response: reqwest::Response,
+) -> u16 {
+    let status = response.status().as_u16();
+    let what = format!(
+        "{} {} → {status}",
+        request.method.to_uppercase(),
+        request.path
+    );
+    let operation = &spec["paths"][request.template][request.method];
+    assert!(
+        operation.is_object(),
+        "{what}: no such operation in openapi.yaml"
+    );
+    let documented = operation["responses"]
+        .get(status.to_string())
+        .unwrap_or_else(|| panic!("{what}: status {status} is not listed in openapi.yaml"));
+    let documented = resolve(spec, documented);
+    let declared: BTreeSet<String> = documented["headers"]
+        .as_object()
+        .map(|headers| headers.keys().map(|k| k.to_ascii_lowercase()).collect())
+        .unwrap_or_default();
+    for header in DOCUMENTED_HEADERS {
+        if response.headers().contains_key(*header) {
             assert!(
-                problem_types.contains(kind),
-                "{what}: problem type {kind} is not in openapi.yaml"
+                declared.contains(*header),
+                "{what}: the server sends {header} but openapi.yaml does not declare it"
             );
         }
     }
-    // The script covers the interesting answers, not only the happy path.
-    for status in [200, 201, 400, 404, 413, 415, 422] {
-        assert!(seen.contains(&status), "the script never produced {status}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().await.expect("body");
+    if content_type.starts_with("application/problem+json") {
+        let problem: Value = serde_json::from_str(&body).expect("problem JSON");
+        let kind = problem["type"].as_str().unwrap_or_default();
+        assert!(
+            problem_types.contains(kind),
+            "{what}: problem type {kind} is not in openapi.yaml"
+        );
     }
+    status
 }
 
 /// `CreateCharge.currency` lists exactly the codes the server accepts (the ISO 4217 table

@@ -480,16 +480,20 @@ impl Drop for Roles {
     }
 }
 
-async fn assert_denied(client: &tokio_postgres::Client, sql: &str) {
-    let error = client
-        .batch_execute(sql)
-        .await
-        .expect_err(&format!("{sql} was allowed"));
-    assert_eq!(
-        error.code(),
-        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
-        "{sql}: {error:?}"
-    );
+/// Each statement in `sql`, run as the role of `url`, is refused for lack of privilege.
+async fn assert_denied(url: &str, sql: &[&str]) {
+    let client = connect(url).await;
+    for sql in sql {
+        let error = client
+            .batch_execute(sql)
+            .await
+            .expect_err(&format!("{sql} was allowed"));
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {error:?}"
+        );
+    }
 }
 
 /// deploy/sql/roles.sql and grants.sql, run verbatim on an empty database: the
@@ -501,29 +505,7 @@ async fn assert_denied(client: &tokio_postgres::Client, sql: &str) {
 async fn api_and_relay_work_with_least_privilege_roles() {
     let db = TestDb::new().await;
     let roles = Roles::new(&db);
-    // An empty database, as in production before the first migration.
-    db.client()
-        .batch_execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-        .await
-        .unwrap();
-    db.client()
-        .batch_execute(&roles.sql("roles.sql"))
-        .await
-        .unwrap();
-    // The Kubernetes Job's command: migrate, then grants.sql (embedded) for the roles.
-    let (ok, output) = run(
-        "charges-api",
-        &[
-            "migrate",
-            "--grant-api-role",
-            &roles.api,
-            "--grant-relay-role",
-            &roles.relay,
-        ],
-        &[("DATABASE_URL", &roles.url(&roles.migrator))],
-    );
-    assert!(ok, "migrate and grant as the migrator: {output}");
-    assert!(output.contains("grants applied"), "{output}");
+    migrate_as_the_migrator(&db, &roles).await;
 
     let api_url = roles.url(&roles.api);
     let relay_url = roles.url(&roles.relay);
@@ -544,28 +526,7 @@ async fn api_and_relay_work_with_least_privilege_roles() {
     )
     .await;
 
-    // The API: charge, replay, refund, read, readiness.
-    let key = new_key();
-    let created = api.post("/charges", None, &key, BODY).await;
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let charge: Value = created.json().await.unwrap();
-    let replay = api.post("/charges", None, &key, BODY).await;
-    assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    let path = format!("/charges/{}", charge["id"].as_str().unwrap());
-    let refund = api
-        .post(
-            &format!("{path}/refunds"),
-            None,
-            &new_key(),
-            r#"{"amountCents":900}"#,
-        )
-        .await;
-    assert_eq!(refund.status(), StatusCode::CREATED);
-    let read = api.get(&path, None).await;
-    assert_eq!(read.status(), StatusCode::OK);
-    assert_eq!(read.json::<Value>().await.unwrap()["refundedCents"], 900);
-    assert_eq!(api.get("/readyz", None).await.status(), StatusCode::OK);
-
+    let charge_id = charge_replay_refund_and_read(&api).await;
     // The relay: both events published and marked; its probe and reconciliation.
     db.wait_for(
         "SELECT count(*) = 2 FROM outbox WHERE published_at IS NOT NULL",
@@ -595,8 +556,97 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         },
     )
     .await;
+    purge_and_requeue_as_the_relay(&db, &relay_url, charge_id).await;
 
-    // `purge` as the relay role.
+    // What the roles must not do.
+    assert_denied(
+        &api_url,
+        &[
+            "DELETE FROM charges",
+            "UPDATE outbox SET attempts = 0",
+            "SELECT count(*) FROM outbox",
+            "DELETE FROM idempotency_keys",
+            "UPDATE idempotency_keys SET endpoint = 'client:x /charges'",
+            "UPDATE charges SET amount_cents = 1",
+            "CREATE TABLE intruder (id int)",
+        ],
+    )
+    .await;
+    assert_denied(
+        &relay_url,
+        &[
+            "UPDATE outbox SET payload = '{}'",
+            "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 1, 'EUR')",
+            "UPDATE charges SET refunded_cents = 0",
+            "DELETE FROM charges",
+            "SELECT count(*) FROM refunds",
+        ],
+    )
+    .await;
+
+    for (name, output) in [
+        ("charges-api", api.process.output_text()),
+        ("charges-relay", relay.output_text()),
+    ] {
+        assert!(!output.contains("permission denied"), "{name}:\n{output}");
+    }
+}
+
+/// An empty database, as in production before the first migration; roles.sql; then the
+/// Kubernetes Job's command as the migrator: migrate, then grants.sql (embedded) for
+/// the roles.
+async fn migrate_as_the_migrator(db: &TestDb, roles: &Roles) {
+    db.client()
+        .batch_execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+        .await
+        .unwrap();
+    db.client()
+        .batch_execute(&roles.sql("roles.sql"))
+        .await
+        .unwrap();
+    let (ok, output) = run(
+        "charges-api",
+        &[
+            "migrate",
+            "--grant-api-role",
+            &roles.api,
+            "--grant-relay-role",
+            &roles.relay,
+        ],
+        &[("DATABASE_URL", &roles.url(&roles.migrator))],
+    );
+    assert!(ok, "migrate and grant as the migrator: {output}");
+    assert!(output.contains("grants applied"), "{output}");
+}
+
+/// The API as its role: charge, replay, refund, read, readiness. Returns the charge id.
+async fn charge_replay_refund_and_read(api: &Api) -> Uuid {
+    let key = new_key();
+    let created = api.post("/charges", None, &key, BODY).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let charge: Value = created.json().await.unwrap();
+    let replay = api.post("/charges", None, &key, BODY).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let path = format!("/charges/{}", charge["id"].as_str().unwrap());
+    let refund = api
+        .post(
+            &format!("{path}/refunds"),
+            None,
+            &new_key(),
+            r#"{"amountCents":900}"#,
+        )
+        .await;
+    assert_eq!(refund.status(), StatusCode::CREATED);
+    let read = api.get(&path, None).await;
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(read.json::<Value>().await.unwrap()["refundedCents"], 900);
+    assert_eq!(api.get("/readyz", None).await.status(), StatusCode::OK);
+    charge["id"].as_str().unwrap().parse().unwrap()
+}
+
+/// `purge`, `dead list` and `dead requeue` as the relay role; the running relay then
+/// publishes the requeued row.
+async fn purge_and_requeue_as_the_relay(db: &TestDb, relay_url: &str, charge_id: Uuid) {
     db.client()
         .batch_execute(
             "INSERT INTO idempotency_keys
@@ -607,16 +657,14 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         )
         .await
         .unwrap();
-    let relay_env = [("DATABASE_URL", relay_url.as_str())];
+    let relay_env = [("DATABASE_URL", relay_url)];
     let (ok, output) = run("charges-relay", &["purge"], &relay_env);
     assert!(
         ok && output.contains("deleted 1 expired idempotency keys"),
         "{output}"
     );
 
-    // `dead list` and `dead requeue` as the relay role; the requeued row is published.
     let dead_id = Uuid::new_v4();
-    let charge_id: Uuid = charge["id"].as_str().unwrap().parse().unwrap();
     db.client()
         .execute(
             "INSERT INTO outbox (id, aggregate_id, event_type, payload, attempts, last_error, dead_at)
@@ -640,37 +688,6 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         "the requeued event published",
     )
     .await;
-
-    // What the roles must not do.
-    let as_api = connect(&api_url).await;
-    for sql in [
-        "DELETE FROM charges",
-        "UPDATE outbox SET attempts = 0",
-        "SELECT count(*) FROM outbox",
-        "DELETE FROM idempotency_keys",
-        "UPDATE idempotency_keys SET endpoint = 'client:x /charges'",
-        "UPDATE charges SET amount_cents = 1",
-        "CREATE TABLE intruder (id int)",
-    ] {
-        assert_denied(&as_api, sql).await;
-    }
-    let as_relay = connect(&relay_url).await;
-    for sql in [
-        "UPDATE outbox SET payload = '{}'",
-        "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 1, 'EUR')",
-        "UPDATE charges SET refunded_cents = 0",
-        "DELETE FROM charges",
-        "SELECT count(*) FROM refunds",
-    ] {
-        assert_denied(&as_relay, sql).await;
-    }
-
-    for (name, output) in [
-        ("charges-api", api.process.output_text()),
-        ("charges-relay", relay.output_text()),
-    ] {
-        assert!(!output.contains("permission denied"), "{name}:\n{output}");
-    }
 }
 
 /// Per `application_name`: (sessions, sessions over TLS).
