@@ -5,10 +5,12 @@
 //! drops its own). The binaries are the ones `cargo build --bins` put next to this test
 //! executable (`make test` builds them first).
 
+pub mod chaos;
 pub mod cluster;
 pub mod kafka;
 pub mod metrics;
 pub mod outbox;
+pub mod raw_http;
 pub mod topic;
 pub mod wait;
 
