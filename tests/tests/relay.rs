@@ -1,15 +1,39 @@
 //! `charges-relay` end to end: the real binary, a real Postgres (a database per test)
 //! and a real Kafka protocol peer (librdkafka's mock cluster, a topic per test; or the
-//! broker at `KAFKA_BROKERS`). No test asserts on timing: each polls for the state it
-//! expects, up to a generous deadline.
+//! broker at `KAFKA_BROKERS`). No test of `make test` asserts on timing: each waits for
+//! the state it expects, and "nothing else was published" is read off the whole topic
+//! once the relays are gone. The two timing claims (retries stay few, SIGTERM is quick)
+//! are the `slow_*` tests, run by `make chaos`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeBounds;
 use std::time::{Duration, Instant};
 
-use charges_tests::kafka::TestKafka;
+use charges_tests::kafka::{Received, TestKafka};
 use charges_tests::outbox::{count_outbox, insert_pending, outbox_row};
-use charges_tests::{DEADLINE, TestApi, TestDb, new_key, poll_within, relay_command, start_relay};
+use charges_tests::topic::read_to_end;
+use charges_tests::{
+    DEADLINE, Process, TestApi, TestDb, new_key, poll_within, relay_command, start_relay,
+};
 use uuid::Uuid;
+
+/// Proves that nothing more is coming from `relays`: a sentinel row inserted now is
+/// published (so a claim ran after every earlier row was marked), then every relay
+/// stops (SIGTERM: in-flight batches finish, the producer flushes). Returns the
+/// sentinel's outbox id; read the topic to its end after this.
+async fn publish_sentinel_and_stop(db: &TestDb, relays: &mut [Process]) -> Uuid {
+    let sentinel = insert_pending(db, 1, 0).await[0];
+    db.wait_for(
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&sentinel],
+        "the sentinel row is published",
+    )
+    .await;
+    for relay in relays {
+        relay.stop().await;
+    }
+    sentinel
+}
 
 /// 1. One charge through the API → exactly one message, keyed and headed by its outbox
 ///    id, with the CloudEvents headers and the row's payload; the row is then marked.
@@ -18,7 +42,7 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(3).await;
     let api = TestApi::start(&db, &[]).await;
-    let _relay = start_relay(&db, &kafka, &[]).await;
+    let (mut relay, _) = start_relay(&db, &kafka, &[]).await;
 
     let response = api
         .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
@@ -47,16 +71,18 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     reader
         .read_until(DEADLINE, "the event", |m| !m.is_empty())
         .await;
-    // Nothing else is coming: the row is marked, and a second look finds no copy.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
-    assert_eq!(
-        reader.messages.len(),
-        1,
-        "exactly one message: {:?}",
-        reader.messages
-    );
-    let message = &reader.messages[0];
+    // Nothing else is coming: the row is marked, the relay claimed again after that
+    // (a sentinel row went out) and stopped, and the whole topic finds no copy.
+    let sentinel = publish_sentinel_and_stop(&db, std::slice::from_mut(&mut relay)).await;
+    read_to_end(&kafka, &mut reader).await;
+    let sentinel = sentinel.to_string();
+    let messages: Vec<&Received> = reader
+        .messages
+        .iter()
+        .filter(|m| m.header("id") != Some(sentinel.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 1, "exactly one message: {messages:?}");
+    let message = messages[0];
     assert_eq!(message.key.as_deref(), Some(id_text.as_str()));
     assert_eq!(message.header("id"), Some(id_text.as_str()));
     assert_eq!(message.header("ce_id"), Some(id_text.as_str()));
@@ -77,39 +103,41 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     assert_eq!(sent, stored);
 }
 
-/// 2. While the broker is down nothing is marked: attempts and the error are recorded,
-///    the retry is scheduled, the relay does not spin; once it is back, the row goes out.
-#[tokio::test]
-async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
+/// A relay (publish timeout 1 s) against a broker that is down, and three pending rows
+/// that have each failed once. `None` (the test skips) without the mock cluster.
+async fn rows_failing_against_a_down_broker() -> Option<(TestDb, TestKafka, Process, Vec<Uuid>)> {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let Some(mock) = kafka.mock() else {
         eprintln!("skipped: needs the mock cluster's fault injection (KAFKA_BROKERS is set)");
-        return;
+        return None;
     };
     mock.broker_down(1).expect("broker down");
-    let _relay = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
+    let (relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
     let ids = insert_pending(&db, 3, 0).await;
-
     db.wait_for(
         "SELECT bool_and(attempts >= 1) FROM outbox",
         &[],
         "every row has a failed attempt",
     )
     .await;
-    // A few more seconds down: the relay keeps failing, but slowly (each attempt waits
-    // for its delivery timeout, then the row backs off).
-    let watched_from = tokio::time::Instant::now();
-    while watched_from.elapsed() < Duration::from_secs(3) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for id in &ids {
-        let row = outbox_row(&db, *id).await;
+    Some((db, kafka, relay, ids))
+}
+
+/// Nothing is marked; each row is pending and not dead, with `attempts` failed
+/// attempts, its last error recorded and its retry scheduled.
+async fn assert_pending_and_retried(
+    db: &TestDb,
+    ids: &[Uuid],
+    attempts: impl RangeBounds<i32> + std::fmt::Debug,
+) {
+    for id in ids {
+        let row = outbox_row(db, *id).await;
         assert!(!row.published, "marked published while the broker is down");
         assert!(!row.dead);
         assert!(
-            (1..=8).contains(&row.attempts),
-            "attempts should stay small, got {}",
+            attempts.contains(&row.attempts),
+            "attempts should be in {attempts:?}, got {}",
             row.attempts
         );
         assert!(
@@ -118,9 +146,16 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
         );
         assert!(row.retry_scheduled, "next_attempt_at moved on");
     }
-    assert_eq!(count_outbox(&db, "published_at IS NOT NULL").await, 0);
+    assert_eq!(count_outbox(db, "published_at IS NOT NULL").await, 0);
+}
 
-    mock.broker_up(1).expect("broker up");
+/// Once the broker is back, every row is published and on the topic.
+async fn assert_published_once_the_broker_is_back(db: &TestDb, kafka: &TestKafka, ids: &[Uuid]) {
+    kafka
+        .mock()
+        .expect("the mock cluster")
+        .broker_up(1)
+        .expect("broker up");
     db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
         &[],
@@ -136,6 +171,39 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
             })
         })
         .await;
+}
+
+/// 2. While the broker is down nothing is marked: attempts and the error are recorded,
+///    the retry is scheduled and fails again; once it is back, the row goes out.
+#[tokio::test]
+async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
+    let Some((db, kafka, _relay, ids)) = rows_failing_against_a_down_broker().await else {
+        return;
+    };
+    // Still down: the relay keeps failing (each attempt waits for its delivery
+    // timeout, then the row backs off), and each row's retry fails too.
+    db.wait_for(
+        "SELECT bool_and(attempts >= 2) FROM outbox",
+        &[],
+        "every row's retry has failed too",
+    )
+    .await;
+    assert_pending_and_retried(&db, &ids, 2..).await;
+    assert_published_once_the_broker_is_back(&db, &kafka, &ids).await;
+}
+
+/// 2, timed: the relay does not spin. Three seconds more of outage cost a handful of
+/// attempts per row (each waits for its delivery timeout, then the row backs off).
+#[tokio::test]
+#[ignore = "slow: make chaos"]
+async fn slow_an_unreachable_broker_is_retried_a_handful_of_times() {
+    let Some((db, kafka, _relay, ids)) = rows_failing_against_a_down_broker().await else {
+        return;
+    };
+    // The outage goes on for 3 s: its duration is the claim, not a wait for an event.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_pending_and_retried(&db, &ids, 1..=8).await;
+    assert_published_once_the_broker_is_back(&db, &kafka, &ids).await;
 }
 
 /// 3. Acknowledged but not marked (the relay dies in between): the next relay
@@ -223,16 +291,19 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
     );
 }
 
-/// Reads the topic until it holds `ids.len()` messages (at most `wait`), then a little
-/// longer for stragglers: every id in `ids` is there exactly once (header `id`), and
-/// nothing else is.
-async fn assert_on_topic_exactly_once(kafka: &TestKafka, ids: &[Uuid], wait: Duration) {
+/// Once every row in `ids` is published: nothing more comes (see
+/// [`publish_sentinel_and_stop`]), the whole topic holds every id in `ids` (and the
+/// sentinel's) exactly once (header `id`) and nothing else, and no relay logged an
+/// error.
+async fn assert_published_exactly_once(
+    db: &TestDb,
+    kafka: &TestKafka,
+    relays: &mut [Process],
+    mut ids: Vec<Uuid>,
+) {
+    ids.push(publish_sentinel_and_stop(db, relays).await);
     let mut reader = kafka.reader();
-    reader
-        .read_until(wait, "every event", |m| m.len() >= ids.len())
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
+    read_to_end(kafka, &mut reader).await;
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for message in &reader.messages {
         *seen
@@ -245,6 +316,13 @@ async fn assert_on_topic_exactly_once(kafka: &TestKafka, ids: &[Uuid], wait: Dur
     let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
     let got: BTreeSet<String> = seen.keys().map(|s| (*s).to_owned()).collect();
     assert_eq!(got, expected);
+    for relay in relays {
+        assert!(
+            !relay.output_text().contains("ERROR"),
+            "a relay logged an error:\n{}",
+            relay.output_text()
+        );
+    }
 }
 
 /// 4. Four relays share 10 000 rows: every row is published and marked, none twice.
@@ -275,14 +353,7 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
         count_outbox(&db, "published_at IS NULL").await
     );
 
-    assert_on_topic_exactly_once(&kafka, &ids, Duration::from_secs(120)).await;
-    for relay in &relays {
-        assert!(
-            !relay.output_text().contains("ERROR"),
-            "a relay logged an error:\n{}",
-            relay.output_text()
-        );
-    }
+    assert_published_exactly_once(&db, &kafka, &mut relays, ids).await;
 }
 
 /// 4b. One relay with `--concurrency 3` keeps three batches in flight at once (three
@@ -299,7 +370,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     };
     mock.broker_round_trip_time(-1, Duration::from_millis(400))
         .expect("broker round-trip time");
-    let (relay, _) = start_relay(
+    let (mut relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -331,12 +402,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     )
     .await;
 
-    assert_on_topic_exactly_once(&kafka, &ids, DEADLINE).await;
-    assert!(
-        !relay.output_text().contains("ERROR"),
-        "{}",
-        relay.output_text()
-    );
+    assert_published_exactly_once(&db, &kafka, std::slice::from_mut(&mut relay), ids).await;
 }
 
 /// 5. A row that cannot be published (bigger than `message.max.bytes`) goes dead after
@@ -478,10 +544,10 @@ async fn retention_deletes_old_published_rows_only() {
     assert_eq!(db.count("charges").await, 5, "charges are never deleted");
 }
 
-/// 7. SIGTERM with a batch in flight that the broker never acknowledges: the relay
-///    exits 0 within the publish timeout (plus margin) and marks nothing.
-#[tokio::test]
-async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
+/// SIGTERM with a batch in flight that the broker never acknowledges (the broker is
+/// down when the mock cluster can do that): the relay exits 0 and marks nothing.
+/// Returns how long it took to exit.
+async fn sigterm_with_an_unacknowledged_batch() -> Duration {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let mock = kafka.mock();
@@ -506,10 +572,6 @@ async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
     let signalled = Instant::now();
     relay.stop().await;
     let took = signalled.elapsed();
-    assert!(
-        took < Duration::from_secs(30),
-        "the relay took {took:?} to exit"
-    );
     assert!(relay.output_text().contains("relay stopped"));
     if mock.is_some() {
         let marked = count_outbox(&db, "published_at IS NOT NULL").await;
@@ -518,6 +580,26 @@ async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
             "nothing was acknowledged, so nothing may be marked"
         );
     }
+    took
+}
+
+/// 7. SIGTERM with a batch in flight that the broker never acknowledges: the relay
+///    exits 0 (it gives up waiting at its publish timeout) and marks nothing.
+#[tokio::test]
+async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
+    sigterm_with_an_unacknowledged_batch().await;
+}
+
+/// 7, timed: the relay exits within the publish timeout (3 s) plus margin (30 s in all,
+/// as this test always allowed).
+#[tokio::test]
+#[ignore = "slow: make chaos"]
+async fn slow_sigterm_with_an_unacknowledged_batch_exits_within_the_publish_timeout() {
+    let took = sigterm_with_an_unacknowledged_batch().await;
+    assert!(
+        took < Duration::from_secs(30),
+        "the relay took {took:?} to exit"
+    );
 }
 
 /// The wake-up: with polling effectively off, an insert is published because its

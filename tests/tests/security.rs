@@ -7,6 +7,7 @@ use std::time::Duration;
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
 use charges_tests::metrics::{sample, scrape_until};
+use charges_tests::topic::produce;
 use charges_tests::{
     DEADLINE, Process, TestDb, binary, block_on_own_runtime, connect, expect_problem, log_field,
     new_key, start_relay,
@@ -786,7 +787,9 @@ async fn postgres_tls_is_verified_and_used_when_the_url_requires_it() {
 /// TLS and SASL to Kafka are reachable through `--kafka-config`: this build of
 /// librdkafka accepts `SASL_SSL` with SCRAM (a build without OpenSSL refuses it at
 /// start-up), and it really speaks TLS: against the mock cluster, which listens in plain
-/// text, nothing is ever published, nothing is marked, and the row records why.
+/// text, nothing is ever published, nothing is marked, and the row records why. Once
+/// the relay is gone, a sentinel message written after its attempts is the first and
+/// only message on the topic.
 #[tokio::test]
 async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() {
     let db = TestDb::new().await;
@@ -800,7 +803,7 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         api.post("/charges", None, &new_key(), BODY).await.status(),
         StatusCode::CREATED
     );
-    let (relay, _) = start_relay(
+    let (mut relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -824,10 +827,17 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         "two failed attempts recorded",
     )
     .await;
+    relay.kill9().await;
+    let sentinel = Uuid::new_v4();
+    produce(&kafka, sentinel, "ChargeCreated", "{}").await;
+    let sentinel = sentinel.to_string();
     let mut reader = kafka.reader();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
-    assert_eq!(reader.messages.len(), 0, "published in plain text");
+    reader
+        .read_until(DEADLINE, "the sentinel", |m| {
+            m.iter().any(|m| m.header("id") == Some(sentinel.as_str()))
+        })
+        .await;
+    assert_eq!(reader.messages.len(), 1, "published in plain text");
     let last_error: String = db
         .client()
         .query_one("SELECT last_error FROM outbox", &[])
