@@ -83,13 +83,14 @@ pub async fn submit(
             break;
         }
         let url = base.read().expect("base url").clone();
+        let sent_during_outage = ledger.outage();
         match post_charge(http, &url, key, body).await {
             Err(_) => {
                 ledger.connection_error();
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(answer) => {
-                ledger.record(Some(key), &answer);
+                ledger.record(Some(key), &answer, sent_during_outage);
                 match answer.status {
                     409 | 503 => {
                         let wait = answer.retry_after.unwrap_or(1).min(2);

@@ -3,14 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use super::client::{BaseUrl, http_client, submit};
 use super::invariants::{check_invariants, scalar};
 use super::ledger::{Answer, Ledger};
 use crate::kafka::TestKafka;
 use crate::raw_http::{Raw, body_of, header, raw_exchange, raw_request};
-use crate::{TestApi, TestDb, new_key};
+use crate::{DEADLINE, TestApi, TestDb, new_key};
 
 /// A valid charge request body.
 pub const VALID: &[u8] = br#"{"amountCents":4900,"currency":"EUR"}"#;
@@ -86,15 +85,14 @@ impl HostileRun {
     /// Sends each case on a connection of its own and records what it got; an answer
     /// other than the case expects is a violation.
     pub async fn send(&mut self, cases: &[Case]) {
-        let limit = Duration::from_secs(10);
         for (name, request, expect) in cases {
-            let outcome = raw_exchange(&self.addr, request, limit).await;
+            let outcome = raw_exchange(&self.addr, request, DEADLINE).await;
             self.sent += 1;
             match (&outcome, expect) {
                 (Raw::Answer(status, text), _) => {
                     let body = body_of(text).to_owned();
                     self.ledger
-                        .record(None, &Answer::raw(*status, body.clone()));
+                        .record(None, &Answer::raw(*status, body.clone()), false);
                     let ok = match expect {
                         Expect::Problem(want, kind) => *status == *want && body.contains(kind),
                         Expect::Refused => (400..500).contains(status),
@@ -128,13 +126,13 @@ impl HostileRun {
     /// free; a request with another key works; every table is still there; and the
     /// invariants hold.
     pub async fn finish(self, scenario: &str, valid: Vec<u8>, what: &str, faults: &str) {
-        match raw_exchange(&self.addr, &valid, Duration::from_secs(10)).await {
+        match raw_exchange(&self.addr, &valid, DEADLINE).await {
             Raw::Answer(status, text) => {
                 let answer = Answer {
                     replayed: text.to_lowercase().contains("idempotent-replayed"),
                     ..Answer::raw(status, body_of(&text).to_owned())
                 };
-                self.ledger.record(Some(&self.key), &answer);
+                self.ledger.record(Some(&self.key), &answer, false);
                 assert_eq!(status, 201, "{what}: {text}");
             }
             other => panic!("{what}: {other:?}"),

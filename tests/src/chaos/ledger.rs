@@ -43,7 +43,8 @@ pub struct LedgerState {
 #[derive(Default)]
 pub struct Ledger {
     state: Mutex<LedgerState>,
-    /// Set while the database is made unavailable on purpose: only then is a 503 right.
+    /// Set while the database is made unavailable on purpose: a request sent then may
+    /// be answered 503.
     db_outage: AtomicBool,
 }
 
@@ -77,16 +78,17 @@ impl Ledger {
         self.db_outage.load(Ordering::SeqCst)
     }
 
-    /// From now on (`true`) a 503 is an allowed answer; from then on (`false`) it is
-    /// not.
+    /// From now on (`true`) a request sent may be answered 503; from then on
+    /// (`false`) one sent afterwards may not.
     pub fn set_outage(&self, outage: bool) {
         self.db_outage.store(outage, Ordering::SeqCst);
     }
 
-    /// Records an answer to a request with `key` (if it had a valid one) and checks the
-    /// rules every answer obeys.
-    pub fn record(&self, key: Option<&str>, answer: &Answer) {
-        let outage = self.outage();
+    /// Records an answer to a request with `key` (if it had a valid one), sent while the
+    /// database was unavailable on purpose or not, and checks the rules every answer
+    /// obeys.
+    pub fn record(&self, key: Option<&str>, answer: &Answer, sent_during_outage: bool) {
+        let outage = sent_during_outage || self.outage();
         let mut state = self.lock();
         state.answers += 1;
         *state.statuses.entry(answer.status).or_default() += 1;

@@ -8,8 +8,8 @@
 //!   charge per `(key, endpoint)`, and each key names the same charge in every 201;
 //! - every outbox row is published (or dead with a reason), and reading the topic back
 //!   and deduplicating on header `id` finds each event once;
-//! - no answer to client input was a 5xx, except 503 while the database was made
-//!   unavailable on purpose.
+//! - no answer to client input was a 5xx, except 503 to a request sent while the
+//!   database was made unavailable on purpose.
 
 mod client;
 pub mod hostile;
