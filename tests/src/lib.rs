@@ -5,18 +5,33 @@
 //! drops its own). The binaries are the ones `cargo build --bins` put next to this test
 //! executable (`make test` builds them first).
 
+pub mod chaos;
 pub mod cluster;
 pub mod kafka;
+pub mod metrics;
+pub mod outbox;
 pub mod proxy;
+pub mod raw_http;
 pub mod tansu;
+pub mod topic;
+pub mod wait;
+
+pub use wait::{DEADLINE, poll_until, poll_within};
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use reqwest::StatusCode;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
+
+/// A fresh Idempotency-Key.
+pub fn new_key() -> String {
+    Uuid::new_v4().to_string()
+}
 
 /// The server tests run against.
 pub fn server_url() -> String {
@@ -45,7 +60,8 @@ fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-async fn connect(url: &str) -> tokio_postgres::Client {
+/// A plain session on `url`, its connection driven by a task of its own.
+pub async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
@@ -173,25 +189,32 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         let admin_url = self.admin_url.clone();
         let name = self.name.clone();
-        // Drop runs inside the test's runtime, which cannot be blocked on; a thread with
-        // a runtime of its own can.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let client = connect(&admin_url).await;
-                client
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await
-            })
-        })
-        .join();
-        if let Ok(Err(e)) = dropped {
+        let dropped = block_on_own_runtime(async move {
+            connect(&admin_url)
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+        });
+        if let Some(Err(e)) = dropped {
             eprintln!("could not drop test database {}: {e}", self.name);
         }
     }
+}
+
+/// Runs `work` to completion on a runtime of its own, in a thread of its own: `Drop`
+/// runs inside the test's runtime, which cannot be blocked on. `None` if it panicked.
+pub fn block_on_own_runtime<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(work)
+    })
+    .join()
+    .ok()
 }
 
 /// Path of a workspace binary built by `cargo build --bins` into this profile's folder.
@@ -209,6 +232,21 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Runs a `charges-relay` subcommand for `db` to completion; returns its stdout.
+pub fn relay_command(db: &TestDb, args: &[&str]) -> String {
+    let output = std::process::Command::new(binary("charges-relay"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("run charges-relay");
+    assert!(
+        output.status.success(),
+        "charges-relay {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// A running binary; killed (SIGKILL) when dropped.
@@ -280,7 +318,7 @@ impl Process {
             });
         }
         drop(ready_tx);
-        let line = tokio::time::timeout(Duration::from_secs(30), ready_rx.recv())
+        let line = tokio::time::timeout(DEADLINE, ready_rx.recv())
             .await
             .ok()
             .flatten();
@@ -312,17 +350,39 @@ impl Process {
         assert!(status.success(), "kill -{signal} failed");
     }
 
-    /// Waits for the process to exit, at most `limit`.
-    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        tokio::time::timeout(limit, self.child.wait())
+    /// Waits for the process to exit (at most [`DEADLINE`]).
+    pub async fn wait(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(DEADLINE, self.child.wait())
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "process still running after {limit:?}:\n{}",
+                    "process still running after {DEADLINE:?}:\n{}",
                     self.output_text()
                 )
             })
             .expect("wait for the process")
+    }
+
+    /// SIGTERM, then waits for the exit; panics unless the process exits 0.
+    pub async fn stop(&mut self) {
+        self.signal("TERM");
+        let status = self.wait().await;
+        assert!(
+            status.success(),
+            "exit status {status:?}:\n{}",
+            self.output_text()
+        );
+    }
+
+    /// SIGKILL, then waits for the process to be gone.
+    pub async fn kill9(&mut self) {
+        self.signal("KILL");
+        self.wait().await;
+    }
+
+    /// Whether the process has not exited (by itself or otherwise).
+    pub fn still_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 
@@ -334,24 +394,40 @@ pub fn log_field(line: &str, field: &str) -> Option<String> {
     Some(rest[..end].trim_matches('"').to_owned())
 }
 
-/// `charges-relay` on `kafka`'s brokers and topic, its metrics on a free port (tests run
-/// relays side by side), plus `args` (later flags win) and `envs`. Returns the process
-/// and its "relay started" line (which names `metrics_addr`).
+/// `charges-relay` for `db` on `kafka`'s brokers and topic, with quick test settings
+/// (200 ms polls, stats and backoff base, 2 s publish timeout, 1 s backoff cap) and its
+/// metrics on a free port (tests run relays side by side), plus `extra` (later flags
+/// win, `--database-url` too). Returns the process and its `/metrics` URL.
 pub async fn start_relay(
+    db: &TestDb,
     kafka: &kafka::TestKafka,
-    args: &[&str],
-    envs: &[(&str, &str)],
+    extra: &[&str],
 ) -> (Process, String) {
-    let mut all = vec![
+    let mut args = vec![
         "--kafka-brokers",
         kafka.bootstrap.as_str(),
         "--topic",
         kafka.topic.as_str(),
         "--metrics-listen",
         "127.0.0.1:0",
+        "--database-url",
+        db.url.as_str(),
+        "--poll-interval",
+        "200ms",
+        "--publish-timeout",
+        "2s",
+        "--backoff-base",
+        "200ms",
+        "--backoff-max",
+        "1s",
+        "--stats-interval",
+        "200ms",
     ];
-    all.extend_from_slice(args);
-    Process::start("charges-relay", &all, envs, "relay started").await
+    args.extend_from_slice(extra);
+    let (process, line) = Process::start("charges-relay", &args, &[], "relay started").await;
+    let addr =
+        log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("no metrics_addr in {line:?}"));
+    (process, format!("http://{addr}/metrics"))
 }
 
 /// `charges-api` serving on a free loopback port against `db`.
@@ -399,4 +475,42 @@ impl TestApi {
         }
         request.send().await.expect("POST /charges")
     }
+
+    /// `POST /charges/{charge_id}/refunds` with `key` and a JSON body.
+    pub async fn post_refund(&self, charge_id: &str, key: &str, body: &str) -> reqwest::Response {
+        self.http
+            .post(self.url(&format!("/charges/{charge_id}/refunds")))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("POST /charges/{id}/refunds")
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+}
+
+/// Asserts an RFC 9457 problem (`application/problem+json` with `type`, `title`,
+/// `detail` and the same `status`) answered with `status`, and returns its body.
+pub async fn expect_problem(response: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(response.status(), status, "unexpected status");
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .expect("a text content type")
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.expect("a JSON problem");
+    assert_eq!(body["status"], status.as_u16());
+    for field in ["type", "title", "detail"] {
+        assert!(body[field].is_string(), "problem without {field}: {body}");
+    }
+    body
 }

@@ -5,52 +5,12 @@
 use std::time::Duration;
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestDb};
+use charges_tests::topic::produce;
+use charges_tests::{Process, TestDb, poll_until};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use uuid::Uuid;
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Publishes one event as the relay does: key and header `id` = the event id, the
-/// CloudEvents headers, and the JSON payload.
-async fn produce(kafka: &TestKafka, id: Uuid, event_type: &str, payload: &str) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &kafka.bootstrap)
-        .set("message.timeout.ms", "10000")
-        .create()
-        .expect("producer");
-    let id = id.to_string();
-    let headers = [
-        ("id", id.as_str()),
-        ("ce_specversion", "1.0"),
-        ("ce_id", id.as_str()),
-        ("ce_type", event_type),
-        ("ce_source", "urn:charges"),
-        ("ce_time", "2025-01-01T00:00:00.000000Z"),
-        ("content-type", "application/json"),
-    ]
-    .into_iter()
-    .fold(OwnedHeaders::new(), |headers, (key, value)| {
-        headers.insert(Header {
-            key,
-            value: Some(value),
-        })
-    });
-    producer
-        .send(
-            FutureRecord::to(&kafka.topic)
-                .key(id.as_str())
-                .payload(payload)
-                .headers(headers),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap_or_else(|(e, _)| panic!("produce {id}: {e}"));
-}
 
 fn charge_created(id: Uuid, amount: i32) -> String {
     format!(
@@ -65,6 +25,24 @@ fn charge_refunded(id: Uuid, amount: i32) -> String {
         Uuid::now_v7(),
         Uuid::now_v7()
     )
+}
+
+/// One charge's `ChargeCreated` (`created_copies` times, as a relay that published it
+/// again would) and its `ChargeRefunded`: 4900 charged, 900 refunded.
+async fn produce_a_charge_and_its_refund(kafka: &TestKafka, created_copies: usize) {
+    let charge = Uuid::now_v7();
+    let refund = Uuid::now_v7();
+    let created = charge_created(charge, 4900);
+    for _ in 0..created_copies {
+        produce(kafka, charge, "ChargeCreated", &created).await;
+    }
+    produce(
+        kafka,
+        refund,
+        "ChargeRefunded",
+        &charge_refunded(refund, 900),
+    )
+    .await;
 }
 
 /// A consumer in `group` against the test's database (its own tables, migrated by
@@ -92,19 +70,6 @@ async fn start_consumer(db: &TestDb, kafka: &TestKafka, group: &str, extra: &[&s
     Process::start("charges-consumer", &args, &[], "consumer started")
         .await
         .0
-}
-
-/// Waits until `process` has logged `marker` at least `times` times.
-async fn wait_for_log(process: &Process, marker: &str, times: usize) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while process.output_text().matches(marker).count() < times {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never logged {marker:?} {times} times:\n{}",
-            process.output_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `(charged_cents, refunded_cents, events)` of the EUR ledger row.
@@ -139,29 +104,26 @@ fn committed_offset(kafka: &TestKafka, group: &str) -> Offset {
         .offset()
 }
 
+/// Waits until `group` has committed `offset` on partition 0.
+async fn wait_for_commit(kafka: &TestKafka, group: &str, offset: i64) {
+    poll_until(&format!("offset {offset} committed"), async || {
+        (committed_offset(kafka, group) == Offset::Offset(offset)).then_some(())
+    })
+    .await;
+}
+
 /// 1. The same event delivered twice (the relay published it twice) changes the
 ///    ledger once; the consumer's schema lives beside the API's with its own history.
 #[tokio::test]
 async fn the_same_event_delivered_twice_changes_the_ledger_once() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let charge = Uuid::now_v7();
-    let refund = Uuid::now_v7();
-    let created = charge_created(charge, 4900);
-    produce(&kafka, charge, "ChargeCreated", &created).await;
-    produce(&kafka, charge, "ChargeCreated", &created).await;
-    produce(
-        &kafka,
-        refund,
-        "ChargeRefunded",
-        &charge_refunded(refund, 900),
-    )
-    .await;
+    produce_a_charge_and_its_refund(&kafka, 2).await;
 
     let group = format!("ledger-{}", Uuid::new_v4().simple());
     let consumer = start_consumer(&db, &kafka, &group, &[]).await;
-    wait_for_log(&consumer, "event applied", 2).await;
-    wait_for_log(&consumer, "duplicate event skipped", 1).await;
+    consumer.wait_for_log("event applied", 2).await;
+    consumer.wait_for_log("duplicate event skipped", 1).await;
 
     assert_eq!(eur_ledger(&db).await, (4900, 900, 2));
     assert_eq!(db.count("processed_events").await, 2);
@@ -171,14 +133,7 @@ async fn the_same_event_delivered_twice_changes_the_ledger_once() {
         "the consumer's migrations (V1, V2) have their own history table"
     );
     // Offsets are committed after each message: all three are done for the group.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while committed_offset(&kafka, &group) != Offset::Offset(3) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "offset 3 never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_commit(&kafka, &group, 3).await;
 }
 
 /// 2. The consumer dies after its database commits but before Kafka heard about the
@@ -189,26 +144,11 @@ async fn the_same_event_delivered_twice_changes_the_ledger_once() {
 async fn a_redelivery_after_a_crash_before_the_offset_commit_changes_the_ledger_once() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let charge = Uuid::now_v7();
-    let refund = Uuid::now_v7();
-    produce(
-        &kafka,
-        charge,
-        "ChargeCreated",
-        &charge_created(charge, 4900),
-    )
-    .await;
-    produce(
-        &kafka,
-        refund,
-        "ChargeRefunded",
-        &charge_refunded(refund, 900),
-    )
-    .await;
+    produce_a_charge_and_its_refund(&kafka, 1).await;
     let group = format!("ledger-{}", Uuid::new_v4().simple());
 
     let mut first = start_consumer(&db, &kafka, &group, &["--commit-interval", "1h"]).await;
-    wait_for_log(&first, "event applied", 2).await;
+    first.wait_for_log("event applied", 2).await;
     assert_eq!(
         eur_ledger(&db).await,
         (4900, 900, 2),
@@ -219,11 +159,10 @@ async fn a_redelivery_after_a_crash_before_the_offset_commit_changes_the_ledger_
         Offset::Invalid,
         "no offset reached Kafka before the crash"
     );
-    first.signal("KILL");
-    first.wait(Duration::from_secs(10)).await;
+    first.kill9().await;
 
     let second = start_consumer(&db, &kafka, &group, &[]).await;
-    wait_for_log(&second, "duplicate event skipped", 2).await;
+    second.wait_for_log("duplicate event skipped", 2).await;
     assert!(
         !second.output_text().contains("event applied"),
         "the redelivered events must not be applied again:\n{}",
@@ -235,14 +174,7 @@ async fn a_redelivery_after_a_crash_before_the_offset_commit_changes_the_ledger_
         "the ledger changed once"
     );
     assert_eq!(db.count("processed_events").await, 2);
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while committed_offset(&kafka, &group) != Offset::Offset(2) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "offset 2 never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_commit(&kafka, &group, 2).await;
 }
 
 fn charge_event(event_type: &str, id: Uuid, charge: Uuid, sequence: i64) -> String {

@@ -399,25 +399,35 @@ fn docker_compose_services_and_settings_match_the_binaries() {
     );
 }
 
-/// The `--flag`s in the first column of the markdown table(s) under the heading that
-/// starts with `heading` in the document `doc`, up to the next heading of the same or a
-/// higher level.
-fn readme_table_flags(doc: &str, heading: &str) -> Vec<String> {
+/// The cells of column `column` (0 for the first) of the markdown table(s) under the
+/// heading that starts with `heading` in the document `doc`, up to the next heading of
+/// the same or a higher level.
+fn readme_table_column<'a>(doc: &'a str, heading: &str, column: usize) -> Vec<&'a str> {
     let level = heading.chars().take_while(|c| *c == '#').count();
     let mut lines = doc.lines().skip_while(|l| !l.starts_with(heading));
     assert!(lines.next().is_some(), "no heading {heading:?}");
-    let mut flags = Vec::new();
+    let mut cells = Vec::new();
     for line in lines {
         let hashes = line.chars().take_while(|c| *c == '#').count();
         if hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
             break;
         }
-        let Some(first) = line.strip_prefix('|').and_then(|l| l.split('|').next()) else {
-            continue;
-        };
-        flags.extend(flags_in_text(first));
+        if let Some(cell) = line
+            .strip_prefix('|')
+            .and_then(|l| l.split('|').nth(column))
+        {
+            cells.push(cell);
+        }
     }
-    flags
+    cells
+}
+
+/// The `--flag`s in the first column of those tables.
+fn readme_table_flags(doc: &str, heading: &str) -> Vec<String> {
+    readme_table_column(doc, heading, 0)
+        .into_iter()
+        .flat_map(flags_in_text)
+        .collect()
 }
 
 /// Every `--flag` in a piece of markdown text (words split at back quotes, slashes,
@@ -439,30 +449,18 @@ fn flags_in_text(text: &str) -> Vec<String> {
 /// The environment variable names in the second column of the same tables: every word
 /// of a cell written like one (`DATABASE_URL`), so a cell with a remark is checked too.
 fn readme_table_envs(doc: &str, heading: &str) -> Vec<String> {
-    let level = heading.chars().take_while(|c| *c == '#').count();
-    let mut lines = doc.lines().skip_while(|l| !l.starts_with(heading));
-    assert!(lines.next().is_some(), "no heading {heading:?}");
-    let mut envs = Vec::new();
-    for line in lines {
-        let hashes = line.chars().take_while(|c| *c == '#').count();
-        if hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
-            break;
-        }
-        let Some(second) = line.strip_prefix('|').and_then(|l| l.split('|').nth(1)) else {
-            continue;
-        };
-        for word in second.split(|c: char| c == '`' || c == ',' || c.is_whitespace()) {
-            if word.len() > 1
+    readme_table_column(doc, heading, 1)
+        .into_iter()
+        .flat_map(|cell| cell.split(|c: char| c == '`' || c == ',' || c.is_whitespace()))
+        .filter(|word| {
+            word.len() > 1
                 && word.starts_with(|c: char| c.is_ascii_uppercase())
                 && word
                     .chars()
                     .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-            {
-                envs.push(word.to_owned());
-            }
-        }
-    }
-    envs
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The configuration tables in docs/ cannot drift from the binaries: every `--flag`

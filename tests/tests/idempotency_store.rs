@@ -8,7 +8,7 @@ use charges_store::{
     IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoreError, StoredResponse,
     Transaction,
 };
-use charges_tests::TestDb;
+use charges_tests::{TestDb, new_key};
 use chrono::{DateTime, Utc};
 
 /// An operation that writes nothing but its response: enough to exercise the scope.
@@ -45,7 +45,7 @@ async fn one_key_on_two_endpoints_is_two_operations() {
         .await
         .unwrap();
     let store = IdempotencyStore::new(Duration::from_secs(60));
-    let key = IdempotencyKey::parse(uuid::Uuid::new_v4().to_string().as_bytes()).unwrap();
+    let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
 
     let a = store
         .run(&pool, &key, "/charges", &Echo("a"))
@@ -113,7 +113,7 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         .await
         .unwrap();
     let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
-    let key = IdempotencyKey::parse(uuid::Uuid::new_v4().to_string().as_bytes()).unwrap();
+    let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
     let operation = Echo("won");
 
     // The winner's row, written but not yet committed.
@@ -138,23 +138,13 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
 
     let request = tokio::spawn(async move { store.run(&pool, &key, "/charges", &operation).await });
     // Parked on the barrier: its snapshot is taken and does not hold the winner's row.
-    let mut waited = 0;
-    while db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM pg_locks
-              WHERE locktype = 'advisory' AND NOT granted AND objid = $1::bigint::oid",
-            &[&barrier],
-        )
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
-        == 0
-    {
-        waited += 1;
-        assert!(waited < 500, "the reservation never reached the barrier");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_locks
+          WHERE locktype = 'advisory' AND NOT granted AND objid = $1::bigint::oid",
+        &[&barrier],
+        "the reservation reached the barrier",
+    )
+    .await;
     winner.batch_execute("COMMIT").await.unwrap();
     holder
         .query_one("SELECT pg_advisory_unlock($1)", &[&barrier])

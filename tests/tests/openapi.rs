@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use charges_tests::{TestApi, TestDb};
+use charges_tests::{TestApi, TestDb, new_key};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -110,10 +110,7 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
 
     // A charge to hang the templated paths on.
     let created = api
-        .post_charge(
-            Some(&Uuid::new_v4().to_string()),
-            r#"{"amountCents":1000,"currency":"EUR"}"#,
-        )
+        .post_charge(Some(&new_key()), r#"{"amountCents":1000,"currency":"EUR"}"#)
         .await;
     assert_eq!(created.status().as_u16(), 201);
     let charge: Value = created.json().await.expect("charge JSON");
@@ -125,12 +122,7 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         let request = if method == "get" {
             get("", path)
         } else {
-            post(
-                "",
-                path,
-                Some(&Uuid::new_v4().to_string()),
-                r#"{"amountCents":1}"#,
-            )
+            post("", path, Some(&new_key()), r#"{"amountCents":1}"#)
         };
         let status = send(&api, &request).await.status().as_u16();
         assert!(
@@ -140,8 +132,28 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     }
 
     // 2. Scripted requests: each answer's status, headers and problem type are documented.
-    let key = Uuid::new_v4().to_string();
-    let refund_key = Uuid::new_v4().to_string();
+    let problem_types: BTreeSet<String> = spec
+        .pointer("/components/schemas/Problem/properties/type/enum")
+        .and_then(Value::as_array)
+        .expect("the Problem type enum")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect();
+    let mut seen = BTreeSet::new();
+    for request in &script(&id) {
+        let response = send(&api, request).await;
+        seen.insert(assert_documented(&spec, &problem_types, request, response).await);
+    }
+    // The script covers the interesting answers, not only the happy path.
+    for status in [200, 201, 400, 404, 413, 415, 422] {
+        assert!(seen.contains(&status), "the script never produced {status}");
+    }
+}
+
+/// Requests for every answer worth documenting, on the charge `id`.
+fn script(id: &str) -> Vec<Scripted> {
+    let key = new_key();
+    let refund_key = new_key();
     let big = format!(r#"{{"amountCents":1,"pad":"{}"}}"#, "x".repeat(2048));
     let refunds = format!("/charges/{id}/refunds");
     let unknown = format!("/charges/{}", Uuid::now_v7());
@@ -174,15 +186,10 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         post(
             "/charges",
             "/charges".into(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             r#"{"amountCents":1.5}"#,
         ),
-        post(
-            "/charges",
-            "/charges".into(),
-            Some(&Uuid::new_v4().to_string()),
-            &big,
-        ),
+        post("/charges", "/charges".into(), Some(&new_key()), &big),
         get("/charges/{id}", format!("/charges/{id}")),
         get("/charges/{id}", unknown.clone()),
         get("/charges/{id}", "/charges/42".into()),
@@ -207,19 +214,19 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
         post(
             "/charges/{id}/refunds",
             refunds.clone(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             r#"{"amountCents":999999}"#,
         ),
         post(
             "/charges/{id}/refunds",
             format!("{unknown}/refunds"),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             "{}",
         ),
         post(
             "/charges/{id}/refunds",
             "/charges/42/refunds".into(),
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             "{}",
         ),
         get("/healthz", "/healthz".into()),
@@ -229,70 +236,67 @@ async fn every_operation_is_served_and_every_answer_is_documented() {
     let mut wrong_type = post(
         "/charges",
         "/charges".into(),
-        Some(&Uuid::new_v4().to_string()),
+        Some(&new_key()),
         "amountCents=1",
     );
     wrong_type.content_type = "application/x-www-form-urlencoded";
     script.push(wrong_type);
 
-    let problem_types: BTreeSet<String> = spec
-        .pointer("/components/schemas/Problem/properties/type/enum")
-        .and_then(Value::as_array)
-        .expect("the Problem type enum")
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect();
-    let mut seen = BTreeSet::new();
-    for request in &script {
-        let response = send(&api, request).await;
-        let status = response.status().as_u16();
-        let what = format!(
-            "{} {} → {status}",
-            request.method.to_uppercase(),
-            request.path
-        );
-        seen.insert(status);
-        let operation = &spec["paths"][request.template][request.method];
-        assert!(
-            operation.is_object(),
-            "{what}: no such operation in openapi.yaml"
-        );
-        let documented = operation["responses"]
-            .get(status.to_string())
-            .unwrap_or_else(|| panic!("{what}: status {status} is not listed in openapi.yaml"));
-        let documented = resolve(&spec, documented);
-        let declared: BTreeSet<String> = documented["headers"]
-            .as_object()
-            .map(|headers| headers.keys().map(|k| k.to_ascii_lowercase()).collect())
-            .unwrap_or_default();
-        for header in DOCUMENTED_HEADERS {
-            if response.headers().contains_key(*header) {
-                assert!(
-                    declared.contains(*header),
-                    "{what}: the server sends {header} but openapi.yaml does not declare it"
-                );
-            }
-        }
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let body = response.text().await.expect("body");
-        if content_type.starts_with("application/problem+json") {
-            let problem: Value = serde_json::from_str(&body).expect("problem JSON");
-            let kind = problem["type"].as_str().unwrap_or_default();
+    script
+}
+
+/// The answer's status is listed for its operation, every header of
+/// [`DOCUMENTED_HEADERS`] it carries is declared for that status, and a problem's
+/// `type` is one of `problem_types`. Returns the status.
+async fn assert_documented(
+    spec: &Value,
+    problem_types: &BTreeSet<String>,
+    request: &Scripted,
+    response: reqwest::Response,
+) -> u16 {
+    let status = response.status().as_u16();
+    let what = format!(
+        "{} {} → {status}",
+        request.method.to_uppercase(),
+        request.path
+    );
+    let operation = &spec["paths"][request.template][request.method];
+    assert!(
+        operation.is_object(),
+        "{what}: no such operation in openapi.yaml"
+    );
+    let documented = operation["responses"]
+        .get(status.to_string())
+        .unwrap_or_else(|| panic!("{what}: status {status} is not listed in openapi.yaml"));
+    let documented = resolve(spec, documented);
+    let declared: BTreeSet<String> = documented["headers"]
+        .as_object()
+        .map(|headers| headers.keys().map(|k| k.to_ascii_lowercase()).collect())
+        .unwrap_or_default();
+    for header in DOCUMENTED_HEADERS {
+        if response.headers().contains_key(*header) {
             assert!(
-                problem_types.contains(kind),
-                "{what}: problem type {kind} is not in openapi.yaml"
+                declared.contains(*header),
+                "{what}: the server sends {header} but openapi.yaml does not declare it"
             );
         }
     }
-    // The script covers the interesting answers, not only the happy path.
-    for status in [200, 201, 400, 404, 413, 415, 422] {
-        assert!(seen.contains(&status), "the script never produced {status}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().await.expect("body");
+    if content_type.starts_with("application/problem+json") {
+        let problem: Value = serde_json::from_str(&body).expect("problem JSON");
+        let kind = problem["type"].as_str().unwrap_or_default();
+        assert!(
+            problem_types.contains(kind),
+            "{what}: problem type {kind} is not in openapi.yaml"
+        );
     }
+    status
 }
 
 /// `CreateCharge.currency` lists exactly the codes the server accepts (the ISO 4217 table

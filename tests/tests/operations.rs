@@ -2,74 +2,25 @@
 //! scraped from `/metrics`, health and readiness, request ids, graceful SIGTERM of the
 //! API, retention of idempotency keys (`charges-relay purge`) and reconciliation.
 
-use std::time::Duration;
-
 use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestApi, TestDb, binary, log_field};
+use charges_tests::metrics::{sample, scrape, scrape_until};
+use charges_tests::outbox::count_outbox;
+use charges_tests::{
+    TestApi, TestDb, binary, connect, new_key, poll_until, relay_command, start_relay,
+};
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
 
 const BODY: &str = r#"{"amountCents":4900,"currency":"EUR"}"#;
-const DEADLINE: Duration = Duration::from_secs(60);
 
-fn new_key() -> String {
-    Uuid::new_v4().to_string()
-}
-
-/// The value of the sample `name{labels…}` (labels in any order, all required); 0
-/// when the series does not exist yet, as Prometheus' `absent` would treat it.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = match series.split_once('{') {
-                Some((metric, rest)) => (metric, rest),
-                None => (series, ""),
-            };
-            (metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        .sum()
-}
-
-async fn scrape(http: &reqwest::Client, url: &str) -> String {
-    let response = http.get(url).send().await.expect("GET /metrics");
-    assert_eq!(response.status(), StatusCode::OK);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain")
-    );
-    response.text().await.unwrap()
-}
-
-/// Polls `url` until `check` holds for the scraped text.
-async fn scrape_until(
-    http: &reqwest::Client,
-    url: &str,
-    what: &str,
-    check: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let text = scrape(http, url).await;
-        if check(&text) {
-            return text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never: {what}; last scrape:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// Reconciliation and retention every 200 ms, for the relays whose metrics are read.
+const MAINTENANCE_OFTEN: &[&str] = &[
+    "--reconcile-interval",
+    "200ms",
+    "--cleanup-interval",
+    "200ms",
+];
 
 const IDEMPOTENCY: &str = "charges_api_idempotency_requests_total";
 const DURATION_COUNT: &str = "charges_api_http_request_duration_seconds_count";
@@ -113,28 +64,12 @@ async fn idempotency_outcomes_and_request_durations_are_counted_by_route() {
     tx.rollback().await.unwrap();
     // A refund: the endpoint label is the route pattern, not the charge's path.
     let refund = api
-        .http
-        .post(api.url(&format!("/charges/{charge_id}/refunds")))
-        .header("content-type", "application/json")
-        .header("idempotency-key", new_key())
-        .body(r#"{"amountCents":100}"#)
-        .send()
-        .await
-        .unwrap();
+        .post_refund(&charge_id, &new_key(), r#"{"amountCents":100}"#)
+        .await;
     assert_eq!(refund.status(), StatusCode::CREATED);
-    let got = api
-        .http
-        .get(api.url(&format!("/charges/{charge_id}")))
-        .send()
-        .await
-        .unwrap();
+    let got = api.get(&format!("/charges/{charge_id}")).await;
     assert_eq!(got.status(), StatusCode::OK);
-    let unknown = api
-        .http
-        .get(api.url(&format!("/nowhere/{}", Uuid::new_v4())))
-        .send()
-        .await
-        .unwrap();
+    let unknown = api.get(&format!("/nowhere/{}", Uuid::new_v4())).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
 
     let text = scrape(&api.http, &metrics_url).await;
@@ -231,14 +166,6 @@ async fn no_idempotency_key_ever_appears_in_metrics() {
     }
 }
 
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    client
-}
-
 async fn get(http: &reqwest::Client, url: &str) -> reqwest::Response {
     http.get(url).send().await.expect("GET")
 }
@@ -258,17 +185,10 @@ async fn assert_not_ready(http: &reqwest::Client, url: &str, detail: &str) {
 
 /// Polls `url` until it answers `status`.
 async fn wait_for_status(http: &reqwest::Client, url: &str, status: StatusCode) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if get(http, url).await.status() == status {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{url} never {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    poll_until(&format!("{url} answers {status}"), async || {
+        (get(http, url).await.status() == status).then_some(())
+    })
+    .await;
 }
 
 /// Readiness: the schema behind this build (the last migration's history row removed,
@@ -364,20 +284,15 @@ async fn request_ids_are_echoed_or_generated_and_logged() {
     assert_eq!(generated.len(), 3, "ids are unique");
 
     // Every line the request logged carries its id (the span), the handler's too.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let output = api.process.output_text();
-        let lines: Vec<&str> = output.lines().filter(|l| l.contains(&incoming)).collect();
-        if lines.iter().any(|l| l.contains("idempotent request"))
-            && lines.iter().any(|l| l.contains("request finished"))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no log line with {incoming}:\n{output}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for marker in ["idempotent request", "request finished"] {
+        poll_until(&format!("a {marker:?} line with {incoming}"), async || {
+            let output = api.process.output_text();
+            let found = output
+                .lines()
+                .any(|l| l.contains(&incoming) && l.contains(marker));
+            found.then_some(())
+        })
+        .await;
     }
     let output = api.process.output_text();
     assert!(output.contains(&generated[0]), "{output}");
@@ -407,39 +322,24 @@ async fn sigterm_drains_the_in_flight_request_then_exits_zero() {
             .body(BODY);
         tokio::spawn(async move { request.send().await })
     };
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let blocked: bool = db
-            .client()
-            .query_one(
-                "SELECT count(*) > 0 FROM pg_stat_activity
-                  WHERE datname = current_database()
-                    AND application_name = 'charges-api' AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if blocked {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "request never blocked"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity
+          WHERE datname = current_database()
+            AND application_name = 'charges-api' AND wait_event_type = 'Lock'",
+        &[],
+        "the request is blocked on the lock",
+    )
+    .await;
 
     api.process.signal("TERM");
     // New connections are refused while the old request is still running.
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while tokio::net::TcpStream::connect(&addr).await.is_ok() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still accepting after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until("connections refused after SIGTERM", async || {
+        tokio::net::TcpStream::connect(&addr)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
     assert!(
         !in_flight.is_finished(),
         "the request must still be blocked"
@@ -451,7 +351,7 @@ async fn sigterm_drains_the_in_flight_request_then_exits_zero() {
         .unwrap()
         .expect("the in-flight request completed");
     assert_eq!(response.status(), StatusCode::CREATED);
-    let status = api.process.wait(Duration::from_secs(30)).await;
+    let status = api.process.wait().await;
     assert!(
         status.success(),
         "exit status {status:?}:\n{}",
@@ -514,17 +414,8 @@ async fn purge_deletes_expired_completed_keys_only() {
     let fresh = insert_key(&db, "COMPLETED", 3600.0, 10.0).await;
     let started = insert_key(&db, "STARTED", -3600.0, 90_000.0).await;
 
-    let output = std::process::Command::new(binary("charges-relay"))
-        .args(["purge", "--database-url", &db.url])
-        .output()
-        .expect("run charges-relay purge");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&output.stdout).trim(),
+        relay_command(&db, &["purge"]).trim(),
         "deleted 3 expired idempotency keys"
     );
     assert_eq!(keys(&db).await, [fresh, started].into_iter().collect());
@@ -559,26 +450,9 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     insert_key(&db, "STARTED", 3600.0, 3600.0).await;
     insert_key(&db, "COMPLETED", -1.0, 90_000.0).await;
 
-    let (relay, line) = charges_tests::start_relay(
-        &kafka,
-        &[
-            "--database-url",
-            &db.url,
-            "--poll-interval",
-            "200ms",
-            "--stats-interval",
-            "200ms",
-            "--reconcile-interval",
-            "200ms",
-            "--cleanup-interval",
-            "200ms",
-        ],
-        &[],
-    )
-    .await;
-    let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
+    let (relay, url) = start_relay(&db, &kafka, MAINTENANCE_OFTEN).await;
     let http = reqwest::Client::new();
-    let url = format!("http://{addr}/metrics");
+    let ops = url.trim_end_matches("/metrics");
     let topic = kafka.topic.as_str();
     let text = scrape_until(&http, &url, "three rows published and gauges set", |text| {
         sample(text, "charges_relay_published_total", &[("topic", topic)]) == 3.0
@@ -638,7 +512,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     );
 
     for (path, status) in [("/healthz", StatusCode::OK), ("/readyz", StatusCode::OK)] {
-        let response = get(&http, &format!("http://{addr}{path}")).await;
+        let response = get(&http, &format!("{ops}{path}")).await;
         assert_eq!(response.status(), status, "{path}");
     }
     db.client()
@@ -648,34 +522,8 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
         )
         .await
         .unwrap();
-    assert_not_ready(
-        &http,
-        &format!("http://{addr}/readyz"),
-        "this build expects",
-    )
-    .await;
+    assert_not_ready(&http, &format!("{ops}/readyz"), "this build expects").await;
     drop(relay);
-}
-
-/// Starts a relay on `db` and `kafka` with quick settings and an ephemeral metrics
-/// port; returns the process and its `/metrics` URL.
-async fn start_relay_with_metrics(
-    db: &TestDb,
-    kafka: &TestKafka,
-    extra: &[&str],
-) -> (Process, String) {
-    let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
-        "--poll-interval",
-        "200ms",
-        "--stats-interval",
-        "200ms",
-    ];
-    args.extend_from_slice(extra);
-    let (relay, line) = charges_tests::start_relay(kafka, &args, &[]).await;
-    let addr = log_field(&line, "metrics_addr").unwrap_or_else(|| panic!("{line}"));
-    (relay, format!("http://{addr}/metrics"))
 }
 
 const OLDEST_PENDING_AGE: &str = "charges_relay_outbox_oldest_pending_age_seconds";
@@ -692,19 +540,7 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
         return;
     };
     mock.broker_down(1).expect("broker down");
-    let (relay, url) = start_relay_with_metrics(
-        &db,
-        &kafka,
-        &[
-            "--publish-timeout",
-            "1s",
-            "--backoff-base",
-            "200ms",
-            "--backoff-max",
-            "1s",
-        ],
-    )
-    .await;
+    let (relay, url) = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
     let api = TestApi::start(&db, &[]).await;
     let created = api.post_charge(Some(&new_key()), BODY).await;
     assert_eq!(created.status(), StatusCode::CREATED);
@@ -738,16 +574,11 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
         0.0,
         "published while the broker is down: {text}"
     );
-    let rows: i64 = db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(rows, 0, "outbox rows with published_at IS NOT NULL");
+    assert_eq!(
+        count_outbox(&db, "published_at IS NOT NULL").await,
+        0,
+        "outbox rows with published_at IS NOT NULL"
+    );
 
     mock.broker_up(1).expect("broker up");
     let text = scrape_until(
@@ -766,16 +597,11 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
         0.0,
         "{text}"
     );
-    let rows: i64 = db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(rows, 0, "outbox rows with published_at IS NULL");
+    assert_eq!(
+        count_outbox(&db, "published_at IS NULL").await,
+        0,
+        "outbox rows with published_at IS NULL"
+    );
     drop(relay);
 }
 
@@ -964,17 +790,7 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
         api.post_charge(Some(&key), body).await;
     }
     api.post_charge(Some("not-a-uuid"), BODY).await;
-    let (relay, relay_url) = start_relay_with_metrics(
-        &db,
-        &kafka,
-        &[
-            "--reconcile-interval",
-            "200ms",
-            "--cleanup-interval",
-            "200ms",
-        ],
-    )
-    .await;
+    let (relay, relay_url) = start_relay(&db, &kafka, MAINTENANCE_OFTEN).await;
     let http = reqwest::Client::new();
     let topic = kafka.topic.as_str();
     let relay_text = scrape_until(

@@ -1,14 +1,10 @@
 //! Refunds and reading a charge back, through the real `charges-api` binary and a real
 //! Postgres. Refunds go through the same idempotency layer as charges.
 
-use charges_tests::{TestApi, TestDb};
+use charges_tests::{TestApi, TestDb, expect_problem, new_key};
 use reqwest::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
-
-fn new_key() -> String {
-    Uuid::new_v4().to_string()
-}
 
 async fn create_charge(api: &TestApi, amount: i64) -> String {
     let response = api
@@ -22,48 +18,27 @@ async fn create_charge(api: &TestApi, amount: i64) -> String {
     charge["id"].as_str().unwrap().to_owned()
 }
 
-async fn refund(api: &TestApi, charge_id: &str, key: &str, body: &str) -> reqwest::Response {
-    api.http
-        .post(api.url(&format!("/charges/{charge_id}/refunds")))
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn get_charge(api: &TestApi, id: &str) -> reqwest::Response {
-    api.http
-        .get(api.url(&format!("/charges/{id}")))
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn problem(response: reqwest::Response, status: StatusCode) -> Value {
-    assert_eq!(response.status(), status);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
-    response.json().await.unwrap()
-}
-
 #[tokio::test]
 async fn get_returns_the_charge_its_refunded_total_and_its_refunds() {
     let db = TestDb::new().await;
     let api = TestApi::start(&db, &[]).await;
     let id = create_charge(&api, 1000).await;
 
-    let fresh: Value = get_charge(&api, &id).await.json().await.unwrap();
+    let fresh: Value = api
+        .get(&format!("/charges/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(fresh["id"], id);
     assert_eq!(fresh["amountCents"], 1000);
     assert_eq!(fresh["currency"], "EUR");
     assert_eq!(fresh["refundedCents"], 0);
     assert_eq!(fresh["refunds"], serde_json::json!([]));
 
-    let first = refund(&api, &id, &new_key(), r#"{"amountCents":300}"#).await;
+    let first = api
+        .post_refund(&id, &new_key(), r#"{"amountCents":300}"#)
+        .await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert_eq!(
         first.headers()["location"],
@@ -74,12 +49,12 @@ async fn get_returns_the_charge_its_refunded_total_and_its_refunds() {
     assert_eq!(first["amountCents"], 300);
     assert_eq!(first["currency"], "EUR");
 
-    let rest = refund(&api, &id, &new_key(), "{}").await;
+    let rest = api.post_refund(&id, &new_key(), "{}").await;
     assert_eq!(rest.status(), StatusCode::CREATED);
     let rest: Value = rest.json().await.unwrap();
     assert_eq!(rest["amountCents"], 700, "the default is what remains");
 
-    let response = get_charge(&api, &id).await;
+    let response = api.get(&format!("/charges/{id}")).await;
     assert_eq!(response.status(), StatusCode::OK);
     let charge: Value = response.json().await.unwrap();
     assert_eq!(charge["refundedCents"], 1000);
@@ -115,20 +90,24 @@ async fn unknown_and_malformed_charge_ids() {
     let db = TestDb::new().await;
     let api = TestApi::start(&db, &[]).await;
     let unknown = Uuid::new_v4().to_string();
-    let missing = problem(get_charge(&api, &unknown).await, StatusCode::NOT_FOUND).await;
+    let missing = expect_problem(
+        api.get(&format!("/charges/{unknown}")).await,
+        StatusCode::NOT_FOUND,
+    )
+    .await;
     assert_eq!(missing["type"], "/problems/charge-not-found");
-    let bad = problem(
-        get_charge(&api, "not-a-uuid").await,
+    let bad = expect_problem(
+        api.get("/charges/not-a-uuid").await,
         StatusCode::BAD_REQUEST,
     )
     .await;
     assert_eq!(bad["type"], "/problems/invalid-charge-id");
 
     let key = new_key();
-    let refund_unknown = refund(&api, &unknown, &key, "{}").await;
-    problem(refund_unknown, StatusCode::NOT_FOUND).await;
-    problem(
-        refund(&api, "42", &key, "{}").await,
+    let refund_unknown = api.post_refund(&unknown, &key, "{}").await;
+    expect_problem(refund_unknown, StatusCode::NOT_FOUND).await;
+    expect_problem(
+        api.post_refund("42", &key, "{}").await,
         StatusCode::BAD_REQUEST,
     )
     .await;
@@ -146,7 +125,7 @@ async fn unknown_and_malformed_charge_ids() {
         .await
         .unwrap();
     assert_eq!(wrong_method.headers()["allow"], "GET");
-    problem(wrong_method, StatusCode::METHOD_NOT_ALLOWED).await;
+    expect_problem(wrong_method, StatusCode::METHOD_NOT_ALLOWED).await;
 }
 
 /// Over-refund is 422 (not 409: this API's 409 means "in flight, retry"), and it is a
@@ -157,25 +136,25 @@ async fn over_refunds_are_refused_and_the_refusal_is_replayed() {
     let api = TestApi::start(&db, &[]).await;
     let id = create_charge(&api, 500).await;
     let key = new_key();
-    let too_much = problem(
-        refund(&api, &id, &key, r#"{"amountCents":501}"#).await,
+    let too_much = expect_problem(
+        api.post_refund(&id, &key, r#"{"amountCents":501}"#).await,
         StatusCode::UNPROCESSABLE_ENTITY,
     )
     .await;
     assert_eq!(too_much["type"], "/problems/refund-exceeds-charge");
-    let replay = refund(&api, &id, &key, r#"{"amountCents":501}"#).await;
+    let replay = api.post_refund(&id, &key, r#"{"amountCents":501}"#).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(
-        problem(replay, StatusCode::UNPROCESSABLE_ENTITY).await,
+        expect_problem(replay, StatusCode::UNPROCESSABLE_ENTITY).await,
         too_much
     );
 
     assert_eq!(
-        refund(&api, &id, &new_key(), "{}").await.status(),
+        api.post_refund(&id, &new_key(), "{}").await.status(),
         StatusCode::CREATED
     );
-    let nothing_left = refund(&api, &id, &new_key(), "{}").await;
-    problem(nothing_left, StatusCode::UNPROCESSABLE_ENTITY).await;
+    let nothing_left = api.post_refund(&id, &new_key(), "{}").await;
+    expect_problem(nothing_left, StatusCode::UNPROCESSABLE_ENTITY).await;
     for body in [
         "",
         "[]",
@@ -183,8 +162,8 @@ async fn over_refunds_are_refused_and_the_refusal_is_replayed() {
         r#"{"amountCents":1.5}"#,
         r#"{"amountCents":1,"x":1}"#,
     ] {
-        problem(
-            refund(&api, &id, &new_key(), body).await,
+        expect_problem(
+            api.post_refund(&id, &new_key(), body).await,
             StatusCode::BAD_REQUEST,
         )
         .await;
@@ -201,7 +180,7 @@ async fn concurrent_refunds_never_exceed_the_charge() {
     let attempts = (0..40).map(|_| {
         let key = new_key();
         let (api, id) = (&api, &id);
-        async move { refund(api, id, &key, r#"{"amountCents":70}"#).await }
+        async move { api.post_refund(id, &key, r#"{"amountCents":70}"#).await }
     });
     let responses = futures::future::join_all(attempts).await;
     let mut created = 0;
@@ -226,7 +205,8 @@ async fn concurrent_refunds_never_exceed_the_charge() {
     assert_eq!(row.get::<_, i32>(0), 980);
     assert_eq!(row.get::<_, i32>(1), 980);
     assert_eq!(row.get::<_, i64>(2), 14);
-    let rest: Value = refund(&api, &id, &new_key(), "{}")
+    let rest: Value = api
+        .post_refund(&id, &new_key(), "{}")
         .await
         .json()
         .await
@@ -246,21 +226,21 @@ async fn one_key_on_different_endpoints_is_independent_operations() {
     let a = a["id"].as_str().unwrap().to_owned();
     let b = create_charge(&api, 2000).await;
 
-    let on_a = refund(&api, &a, &key, "{}").await;
+    let on_a = api.post_refund(&a, &key, "{}").await;
     assert_eq!(
         on_a.status(),
         StatusCode::CREATED,
         "same key as the charge, other endpoint"
     );
     assert!(on_a.headers().get("idempotent-replayed").is_none());
-    let on_b = refund(&api, &b, &key, "{}").await;
+    let on_b = api.post_refund(&b, &key, "{}").await;
     assert_eq!(
         on_b.status(),
         StatusCode::CREATED,
         "same key, another charge's refunds"
     );
     assert!(on_b.headers().get("idempotent-replayed").is_none());
-    let upper = refund(&api, &a.to_uppercase(), &key, "{}").await;
+    let upper = api.post_refund(&a.to_uppercase(), &key, "{}").await;
     assert_eq!(
         upper.headers()["idempotent-replayed"],
         "true",

@@ -1,129 +1,38 @@
 //! `charges-relay` end to end: the real binary, a real Postgres (a database per test)
 //! and a real Kafka protocol peer (librdkafka's mock cluster, a topic per test; or the
-//! broker at `KAFKA_BROKERS`). No test asserts on timing: each polls for the state it
-//! expects, up to a generous deadline.
+//! broker at `KAFKA_BROKERS`). No test of `make test` asserts on timing: each waits for
+//! the state it expects, and "nothing else was published" is read off the whole topic
+//! once the relays are gone. The two timing claims (retries stay few, SIGTERM is quick)
+//! are the `slow_*` tests, run by `make chaos`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::ops::RangeBounds;
+use std::time::{Duration, Instant};
 
-use charges_tests::kafka::TestKafka;
-use charges_tests::{Process, TestApi, TestDb, binary};
+use charges_tests::kafka::{Received, TestKafka};
+use charges_tests::outbox::{count_outbox, insert_pending, outbox_row};
+use charges_tests::topic::read_to_end;
+use charges_tests::{
+    DEADLINE, Process, TestApi, TestDb, new_key, poll_within, relay_command, start_relay,
+};
 use uuid::Uuid;
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Starts a relay for `db` and `kafka` with quick test settings, plus `extra` flags
-/// (later flags win).
-async fn start_relay(db: &TestDb, kafka: &TestKafka, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
-        "--poll-interval",
-        "200ms",
-        "--publish-timeout",
-        "2s",
-        "--backoff-base",
-        "200ms",
-        "--backoff-max",
-        "1s",
-    ];
-    args.extend_from_slice(extra);
-    charges_tests::start_relay(kafka, &args, &[]).await.0
-}
-
-/// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries
-/// `pad` filler bytes; returns the outbox ids in insertion order.
-async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
-    db.client()
-        .query(
-            "WITH ids AS (
-                 SELECT gen_random_uuid() AS charge_id, gen_random_uuid() AS event_id, g
-                 FROM generate_series(1, $1::int) AS g
-             ), c AS (
-                 INSERT INTO charges (id, amount_cents, currency)
-                 SELECT charge_id, 100 + g, 'EUR' FROM ids
-             )
-             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
-             SELECT event_id, charge_id, 'ChargeCreated',
-                    jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
-                                       'amountCents', 100 + g, 'currency', 'EUR',
-                                       'pad', repeat('x', $2::int)),
-                    clock_timestamp()
-             FROM ids ORDER BY g
-             RETURNING id",
-            &[&n, &pad],
-        )
-        .await
-        .expect("insert pending outbox rows")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
-}
-
-/// Polls `sql` (one row, one `bool` column) until it is true.
-async fn wait_for_sql(
-    db: &TestDb,
-    sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    what: &str,
-) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let holds: bool = db
-            .client()
-            .query_one(sql, params)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .get(0);
-        if holds {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Proves that nothing more is coming from `relays`: a sentinel row inserted now is
+/// published (so a claim ran after every earlier row was marked), then every relay
+/// stops (SIGTERM: in-flight batches finish, the producer flushes). Returns the
+/// sentinel's outbox id; read the topic to its end after this.
+async fn publish_sentinel_and_stop(db: &TestDb, relays: &mut [Process]) -> Uuid {
+    let sentinel = insert_pending(db, 1, 0).await[0];
+    db.wait_for(
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&sentinel],
+        "the sentinel row is published",
+    )
+    .await;
+    for relay in relays {
+        relay.stop().await;
     }
-}
-
-struct OutboxRow {
-    published: bool,
-    attempts: i32,
-    last_error: Option<String>,
-    retry_scheduled: bool,
-    dead: bool,
-}
-
-async fn outbox_row(db: &TestDb, id: Uuid) -> OutboxRow {
-    let row = db
-        .client()
-        .query_one(
-            "SELECT published_at IS NOT NULL, attempts, last_error,
-                    next_attempt_at > created_at, dead_at IS NOT NULL
-             FROM outbox WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .expect("read outbox row");
-    OutboxRow {
-        published: row.get(0),
-        attempts: row.get(1),
-        last_error: row.get(2),
-        retry_scheduled: row.get(3),
-        dead: row.get(4),
-    }
-}
-
-/// Runs a `charges-relay` subcommand to completion and returns its stdout.
-fn relay_command(db: &TestDb, args: &[&str]) -> String {
-    let output = std::process::Command::new(binary("charges-relay"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .expect("run charges-relay");
-    assert!(
-        output.status.success(),
-        "charges-relay {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    sentinel
 }
 
 /// 1. One charge through the API → exactly one message, keyed and headed by its outbox
@@ -133,10 +42,11 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(3).await;
     let api = TestApi::start(&db, &[]).await;
-    let _relay = start_relay(&db, &kafka, &[]).await;
+    let (mut relay, _) = start_relay(&db, &kafka, &[]).await;
 
-    let key = Uuid::new_v4().to_string();
-    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    let response = api
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .await;
     assert_eq!(response.status().as_u16(), 201, "POST /charges");
 
     let row = db
@@ -151,8 +61,7 @@ async fn a_created_charge_is_published_once_with_its_headers() {
         (row.get(0), row.get(1), row.get(2), row.get(3));
     let id_text = id.to_string();
 
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&id],
         "the row is marked published",
@@ -162,16 +71,18 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     reader
         .read_until(DEADLINE, "the event", |m| !m.is_empty())
         .await;
-    // Nothing else is coming: the row is marked, and a second look finds no copy.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
-    assert_eq!(
-        reader.messages.len(),
-        1,
-        "exactly one message: {:?}",
-        reader.messages
-    );
-    let message = &reader.messages[0];
+    // Nothing else is coming: the row is marked, the relay claimed again after that
+    // (a sentinel row went out) and stopped, and the whole topic finds no copy.
+    let sentinel = publish_sentinel_and_stop(&db, std::slice::from_mut(&mut relay)).await;
+    read_to_end(&kafka, &mut reader).await;
+    let sentinel = sentinel.to_string();
+    let messages: Vec<&Received> = reader
+        .messages
+        .iter()
+        .filter(|m| m.header("id") != Some(sentinel.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 1, "exactly one message: {messages:?}");
+    let message = messages[0];
     assert_eq!(message.key.as_deref(), Some(id_text.as_str()));
     assert_eq!(message.header("id"), Some(id_text.as_str()));
     assert_eq!(message.header("ce_id"), Some(id_text.as_str()));
@@ -192,40 +103,41 @@ async fn a_created_charge_is_published_once_with_its_headers() {
     assert_eq!(sent, stored);
 }
 
-/// 2. While the broker is down nothing is marked: attempts and the error are recorded,
-///    the retry is scheduled, the relay does not spin; once it is back, the row goes out.
-#[tokio::test]
-async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
+/// A relay (publish timeout 1 s) against a broker that is down, and three pending rows
+/// that have each failed once. `None` (the test skips) without the mock cluster.
+async fn rows_failing_against_a_down_broker() -> Option<(TestDb, TestKafka, Process, Vec<Uuid>)> {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let Some(mock) = kafka.mock() else {
         eprintln!("skipped: needs the mock cluster's fault injection (KAFKA_BROKERS is set)");
-        return;
+        return None;
     };
     mock.broker_down(1).expect("broker down");
-    let _relay = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
+    let (relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "1s"]).await;
     let ids = insert_pending(&db, 3, 0).await;
-
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(attempts >= 1) FROM outbox",
         &[],
         "every row has a failed attempt",
     )
     .await;
-    // A few more seconds down: the relay keeps failing, but slowly (each attempt waits
-    // for its delivery timeout, then the row backs off).
-    let watched_from = tokio::time::Instant::now();
-    while watched_from.elapsed() < Duration::from_secs(3) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for id in &ids {
-        let row = outbox_row(&db, *id).await;
+    Some((db, kafka, relay, ids))
+}
+
+/// Nothing is marked; each row is pending and not dead, with `attempts` failed
+/// attempts, its last error recorded and its retry scheduled.
+async fn assert_pending_and_retried(
+    db: &TestDb,
+    ids: &[Uuid],
+    attempts: impl RangeBounds<i32> + std::fmt::Debug,
+) {
+    for id in ids {
+        let row = outbox_row(db, *id).await;
         assert!(!row.published, "marked published while the broker is down");
         assert!(!row.dead);
         assert!(
-            (1..=8).contains(&row.attempts),
-            "attempts should stay small, got {}",
+            attempts.contains(&row.attempts),
+            "attempts should be in {attempts:?}, got {}",
             row.attempts
         );
         assert!(
@@ -234,20 +146,17 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
         );
         assert!(row.retry_scheduled, "next_attempt_at moved on");
     }
-    let nothing: i64 = db
-        .client()
-        .query_one(
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-            &[],
-        )
-        .await
-        .expect("count")
-        .get(0);
-    assert_eq!(nothing, 0);
+    assert_eq!(count_outbox(db, "published_at IS NOT NULL").await, 0);
+}
 
-    mock.broker_up(1).expect("broker up");
-    wait_for_sql(
-        &db,
+/// Once the broker is back, every row is published and on the topic.
+async fn assert_published_once_the_broker_is_back(db: &TestDb, kafka: &TestKafka, ids: &[Uuid]) {
+    kafka
+        .mock()
+        .expect("the mock cluster")
+        .broker_up(1)
+        .expect("broker up");
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
         &[],
         "every row is published after the broker came back",
@@ -262,6 +171,39 @@ async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
             })
         })
         .await;
+}
+
+/// 2. While the broker is down nothing is marked: attempts and the error are recorded,
+///    the retry is scheduled and fails again; once it is back, the row goes out.
+#[tokio::test]
+async fn an_unreachable_broker_leaves_rows_pending_and_retries_with_backoff() {
+    let Some((db, kafka, _relay, ids)) = rows_failing_against_a_down_broker().await else {
+        return;
+    };
+    // Still down: the relay keeps failing (each attempt waits for its delivery
+    // timeout, then the row backs off), and each row's retry fails too.
+    db.wait_for(
+        "SELECT bool_and(attempts >= 2) FROM outbox",
+        &[],
+        "every row's retry has failed too",
+    )
+    .await;
+    assert_pending_and_retried(&db, &ids, 2..).await;
+    assert_published_once_the_broker_is_back(&db, &kafka, &ids).await;
+}
+
+/// 2, timed: the relay does not spin. Three seconds more of outage cost a handful of
+/// attempts per row (each waits for its delivery timeout, then the row backs off).
+#[tokio::test]
+#[ignore = "slow: make chaos"]
+async fn slow_an_unreachable_broker_is_retried_a_handful_of_times() {
+    let Some((db, kafka, _relay, ids)) = rows_failing_against_a_down_broker().await else {
+        return;
+    };
+    // The outage goes on for 3 s: its duration is the claim, not a wait for an event.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_pending_and_retried(&db, &ids, 1..=8).await;
+    assert_published_once_the_broker_is_back(&db, &kafka, &ids).await;
 }
 
 /// 3. Acknowledged but not marked (the relay dies in between): the next relay
@@ -283,8 +225,9 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .await
         .expect("install the hanging trigger");
 
-    let key = Uuid::new_v4().to_string();
-    let response = api.post_charge(Some(&key), r#"{"amountCents":4900}"#).await;
+    let response = api
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .await;
     assert_eq!(response.status().as_u16(), 201, "POST /charges");
     let id: Uuid = db
         .client()
@@ -294,7 +237,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .get(0);
     let id_text = id.to_string();
 
-    let mut first = start_relay(&db, &kafka, &["--publish-timeout", "10s"]).await;
+    let (mut first, _) = start_relay(&db, &kafka, &["--publish-timeout", "10s"]).await;
     let mut reader = kafka.reader();
     reader
         .read_until(DEADLINE, "the event", |m| {
@@ -302,8 +245,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         })
         .await;
     let copies_before_kill = reader.with_id(&id_text).len();
-    first.signal("KILL");
-    first.wait(Duration::from_secs(10)).await;
+    first.kill9().await;
     assert!(
         !outbox_row(&db, id).await.published,
         "the mark never completed, so the row must still be pending"
@@ -314,8 +256,7 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
         .await
         .expect("remove the obstacle");
     let _second = start_relay(&db, &kafka, &[]).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&id],
         "the second relay marks the row",
@@ -333,13 +274,11 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
     // At least once on the wire; exactly once in the database and for a consumer
     // that deduplicates on header `id`.
     assert!(reader.with_id(&id_text).len() >= 2);
-    let charges: i64 = db
-        .client()
-        .query_one("SELECT count(*) FROM charges", &[])
-        .await
-        .expect("count charges")
-        .get(0);
-    assert_eq!(charges, 1, "one charge for one idempotency key");
+    assert_eq!(
+        db.count("charges").await,
+        1,
+        "one charge for one idempotency key"
+    );
     let deduplicated: BTreeSet<&str> = reader
         .messages
         .iter()
@@ -352,16 +291,19 @@ async fn a_relay_killed_between_ack_and_mark_publishes_again() {
     );
 }
 
-/// Reads the topic until it holds `ids.len()` messages (at most `wait`), then a little
-/// longer for stragglers: every id in `ids` is there exactly once (header `id`), and
-/// nothing else is.
-async fn assert_on_topic_exactly_once(kafka: &TestKafka, ids: &[Uuid], wait: Duration) {
+/// Once every row in `ids` is published: nothing more comes (see
+/// [`publish_sentinel_and_stop`]), the whole topic holds every id in `ids` (and the
+/// sentinel's) exactly once (header `id`) and nothing else, and no relay logged an
+/// error.
+async fn assert_published_exactly_once(
+    db: &TestDb,
+    kafka: &TestKafka,
+    relays: &mut [Process],
+    mut ids: Vec<Uuid>,
+) {
+    ids.push(publish_sentinel_and_stop(db, relays).await);
     let mut reader = kafka.reader();
-    reader
-        .read_until(wait, "every event", |m| m.len() >= ids.len())
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    reader.drain();
+    read_to_end(kafka, &mut reader).await;
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for message in &reader.messages {
         *seen
@@ -374,6 +316,13 @@ async fn assert_on_topic_exactly_once(kafka: &TestKafka, ids: &[Uuid], wait: Dur
     let expected: BTreeSet<String> = ids.iter().map(Uuid::to_string).collect();
     let got: BTreeSet<String> = seen.keys().map(|s| (*s).to_owned()).collect();
     assert_eq!(got, expected);
+    for relay in relays {
+        assert!(
+            !relay.output_text().contains("ERROR"),
+            "a relay logged an error:\n{}",
+            relay.output_text()
+        );
+    }
 }
 
 /// 4. Four relays share 10 000 rows: every row is published and marked, none twice.
@@ -384,40 +333,27 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
     let kafka = TestKafka::new(4).await;
     let mut relays = Vec::new();
     for _ in 0..4 {
-        relays.push(start_relay(&db, &kafka, &["--publish-timeout", "30s"]).await);
+        relays.push(
+            start_relay(&db, &kafka, &["--publish-timeout", "30s"])
+                .await
+                .0,
+        );
     }
     let ids = insert_pending(&db, ROWS as i32, 0).await;
     assert_eq!(ids.len(), ROWS);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let pending: i64 = db
-            .client()
-            .query_one(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-                &[],
-            )
-            .await
-            .expect("count pending")
-            .get(0);
-        if pending == 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{pending} rows still pending"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // A backlog this size on 2 cores may take longer than one usual deadline.
+    let drained = poll_within(DEADLINE * 3, async || {
+        (count_outbox(&db, "published_at IS NULL").await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        drained.is_some(),
+        "{} rows still pending",
+        count_outbox(&db, "published_at IS NULL").await
+    );
 
-    assert_on_topic_exactly_once(&kafka, &ids, Duration::from_secs(120)).await;
-    for relay in &relays {
-        assert!(
-            !relay.output_text().contains("ERROR"),
-            "a relay logged an error:\n{}",
-            relay.output_text()
-        );
-    }
+    assert_published_exactly_once(&db, &kafka, &mut relays, ids).await;
 }
 
 /// 4b. One relay with `--concurrency 3` keeps three batches in flight at once (three
@@ -434,7 +370,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     };
     mock.broker_round_trip_time(-1, Duration::from_millis(400))
         .expect("broker round-trip time");
-    let relay = start_relay(
+    let (mut relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -451,8 +387,7 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
 
     // More than two batches of 5 locked at once: three claims are in flight. (Rows a
     // claim transaction holds are the pending rows `SKIP LOCKED` cannot take.)
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) > 10 FROM outbox
          WHERE published_at IS NULL
            AND id NOT IN (SELECT id FROM outbox FOR UPDATE SKIP LOCKED)",
@@ -460,20 +395,14 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
         "three batches of one relay claimed at once",
     )
     .await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL",
         &[],
         "every row published",
     )
     .await;
 
-    assert_on_topic_exactly_once(&kafka, &ids, DEADLINE).await;
-    assert!(
-        !relay.output_text().contains("ERROR"),
-        "{}",
-        relay.output_text()
-    );
+    assert_published_exactly_once(&db, &kafka, std::slice::from_mut(&mut relay), ids).await;
 }
 
 /// 5. A row that cannot be published (bigger than `message.max.bytes`) goes dead after
@@ -486,7 +415,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     let before = insert_pending(&db, 3, 0).await;
     let poisoned = insert_pending(&db, 1, 20_000).await[0];
     let after = insert_pending(&db, 3, 0).await;
-    let mut relay = start_relay(
+    let (mut relay, _) = start_relay(
         &db,
         &kafka,
         &[
@@ -502,16 +431,14 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     )
     .await;
 
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&poisoned],
         "the poisoned row is dead",
     )
     .await;
     for id in before.iter().chain(&after) {
-        wait_for_sql(
-            &db,
+        db.wait_for(
             "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
             &[id],
             "its neighbours are published",
@@ -524,8 +451,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     assert!(row.last_error.is_some_and(|e| !e.is_empty()));
 
     // Dead rows are no longer claimed: stop the relay so nothing races the requeue.
-    relay.signal("TERM");
-    assert!(relay.wait(Duration::from_secs(30)).await.success());
+    relay.stop().await;
 
     let listed = relay_command(&db, &["dead", "list"]);
     assert!(
@@ -547,8 +473,7 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
 
     // With the default (1 MB) limit the requeued row goes out.
     let _relay = start_relay(&db, &kafka, &[]).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
         &[&poisoned],
         "the requeued row is published",
@@ -600,8 +525,7 @@ async fn retention_deletes_old_published_rows_only() {
         &["--published-retention", "1h", "--cleanup-interval", "200ms"],
     )
     .await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT count(*) = 0 FROM outbox WHERE id = ANY($1)",
         &[&vec![old_a, old_b]],
         "old published rows are deleted",
@@ -620,23 +544,22 @@ async fn retention_deletes_old_published_rows_only() {
     assert_eq!(db.count("charges").await, 5, "charges are never deleted");
 }
 
-/// 7. SIGTERM with a batch in flight that the broker never acknowledges: the relay
-///    exits 0 within the publish timeout (plus margin) and marks nothing.
-#[tokio::test]
-async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
+/// SIGTERM with a batch in flight that the broker never acknowledges (the broker is
+/// down when the mock cluster can do that): the relay exits 0 and marks nothing.
+/// Returns how long it took to exit.
+async fn sigterm_with_an_unacknowledged_batch() -> Duration {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let mock = kafka.mock();
     if let Some(mock) = mock {
         mock.broker_down(1).expect("broker down");
     }
-    let mut relay = start_relay(&db, &kafka, &["--publish-timeout", "3s"]).await;
+    let (mut relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "3s"]).await;
     insert_pending(&db, 5, 0).await;
 
     if mock.is_some() {
         // The batch is in flight: its claim transaction is open, waiting for acks.
-        wait_for_sql(
-            &db,
+        db.wait_for(
             "SELECT count(*) > 0 FROM pg_stat_activity
              WHERE datname = current_database()
                AND application_name = 'charges-relay'
@@ -646,42 +569,37 @@ async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
         )
         .await;
     }
-    relay.signal("TERM");
-    let status = relay.wait(Duration::from_secs(30)).await;
-    assert!(
-        status.success(),
-        "exit status {status:?}:\n{}",
-        relay.output_text()
-    );
+    let signalled = Instant::now();
+    relay.stop().await;
+    let took = signalled.elapsed();
     assert!(relay.output_text().contains("relay stopped"));
     if mock.is_some() {
-        let marked: i64 = db
-            .client()
-            .query_one(
-                "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-                &[],
-            )
-            .await
-            .expect("count")
-            .get(0);
+        let marked = count_outbox(&db, "published_at IS NOT NULL").await;
         assert_eq!(
             marked, 0,
             "nothing was acknowledged, so nothing may be marked"
         );
     }
+    took
 }
 
-/// Waits until `process` has logged a line containing `marker`.
-async fn wait_for_log(process: &Process, marker: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !process.output_text().contains(marker) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never logged {marker:?}:\n{}",
-            process.output_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// 7. SIGTERM with a batch in flight that the broker never acknowledges: the relay
+///    exits 0 (it gives up waiting at its publish timeout) and marks nothing.
+#[tokio::test]
+async fn sigterm_exits_cleanly_without_marking_unacknowledged_rows() {
+    sigterm_with_an_unacknowledged_batch().await;
+}
+
+/// 7, timed: the relay exits within the publish timeout (3 s) plus margin (30 s in all,
+/// as this test always allowed).
+#[tokio::test]
+#[ignore = "slow: make chaos"]
+async fn slow_sigterm_with_an_unacknowledged_batch_exits_within_the_publish_timeout() {
+    let took = sigterm_with_an_unacknowledged_batch().await;
+    assert!(
+        took < Duration::from_secs(30),
+        "the relay took {took:?} to exit"
+    );
 }
 
 /// The wake-up: with polling effectively off, an insert is published because its
@@ -691,11 +609,10 @@ async fn wait_for_log(process: &Process, marker: &str) {
 async fn notifications_wake_the_relay_and_the_listener_reconnects() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let relay = start_relay(&db, &kafka, &["--poll-interval", "1h"]).await;
+    let (relay, _) = start_relay(&db, &kafka, &["--poll-interval", "1h"]).await;
 
     let first = insert_pending(&db, 2, 0).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
         &[&first],
         "the notified rows are published",
@@ -716,11 +633,10 @@ async fn notifications_wake_the_relay_and_the_listener_reconnects() {
         .expect("terminate the listener")
         .get(0);
     assert_eq!(terminated, 1, "one listener connection");
-    wait_for_log(&relay, "listener reconnected").await;
+    relay.wait_for_log("listener reconnected", 1).await;
 
     let second = insert_pending(&db, 1, 0).await;
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)",
         &[&second],
         "a row inserted after the reconnect is published",
@@ -739,20 +655,14 @@ async fn a_refund_is_published_as_charge_refunded() {
     let _relay = start_relay(&db, &kafka, &["--message-key", "aggregate-id"]).await;
 
     let charge = api
-        .post_charge(Some(&Uuid::new_v4().to_string()), r#"{"amountCents":4900}"#)
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
         .await;
     assert_eq!(charge.status().as_u16(), 201);
     let charge: serde_json::Value = charge.json().await.expect("charge JSON");
     let charge_id = charge["id"].as_str().expect("id").to_owned();
     let refund = api
-        .http
-        .post(api.url(&format!("/charges/{charge_id}/refunds")))
-        .header("content-type", "application/json")
-        .header("idempotency-key", Uuid::new_v4().to_string())
-        .body(r#"{"amountCents":900}"#)
-        .send()
-        .await
-        .expect("POST refund");
+        .post_refund(&charge_id, &new_key(), r#"{"amountCents":900}"#)
+        .await;
     assert_eq!(refund.status().as_u16(), 201);
     let refund: serde_json::Value = refund.json().await.expect("refund JSON");
 
@@ -790,8 +700,7 @@ async fn a_refund_is_published_as_charge_refunded() {
     assert_eq!(payload["refundId"], refund["id"]);
     assert_eq!(payload["amountCents"], 900);
     assert_eq!(payload["refundedCents"], 900);
-    wait_for_sql(
-        &db,
+    db.wait_for(
         "SELECT bool_and(published_at IS NOT NULL) FROM outbox",
         &[],
         "both rows marked published",

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use charges_store::{PoolSettings, StoreError};
-use charges_tests::{TestApi, TestDb};
+use charges_tests::{TestApi, TestDb, new_key};
 use reqwest::StatusCode;
 
 const BODY: &str = r#"{"amountCents":4900,"currency":"EUR"}"#;
@@ -112,7 +112,7 @@ async fn a_column_of_the_wrong_type_is_a_500_not_a_503() {
     let db = TestDb::new().await;
     // Replays must come from the database, not from the in-process cache.
     let api = TestApi::start(&db, &["--replay-cache-entries", "0"]).await;
-    let key = uuid::Uuid::new_v4().to_string();
+    let key = new_key();
     let created = api.post_charge(Some(&key), BODY).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let location = created.headers()["location"].to_str().unwrap().to_owned();
@@ -124,7 +124,7 @@ async fn a_column_of_the_wrong_type_is_a_500_not_a_503() {
         )
         .await
         .unwrap();
-    let read = api.http.get(api.url(&location)).send().await.unwrap();
+    let read = api.get(&location).await;
     let replay = api.post_charge(Some(&key), BODY).await;
     for (what, response) in [("GET", read), ("replay", replay)] {
         assert_eq!(
@@ -147,10 +147,9 @@ async fn a_column_of_the_wrong_type_is_a_500_not_a_503() {
 async fn a_statement_that_returns_no_row_is_a_500_not_a_503() {
     let db = TestDb::new().await;
     let api = TestApi::start(&db, &[]).await;
-    let created = api
-        .post_charge(Some(&uuid::Uuid::new_v4().to_string()), BODY)
-        .await;
+    let created = api.post_charge(Some(&new_key()), BODY).await;
     let location = created.headers()["location"].to_str().unwrap().to_owned();
+    let charge_id = location.trim_start_matches("/charges/");
     db.client()
         .batch_execute(
             "CREATE FUNCTION swallow_update() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -161,14 +160,8 @@ async fn a_statement_that_returns_no_row_is_a_500_not_a_503() {
         .await
         .unwrap();
     let refund = api
-        .http
-        .post(api.url(&format!("{location}/refunds")))
-        .header("content-type", "application/json")
-        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .body(r#"{"amountCents":100}"#)
-        .send()
-        .await
-        .unwrap();
+        .post_refund(charge_id, &new_key(), r#"{"amountCents":100}"#)
+        .await;
     assert_eq!(refund.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert!(refund.headers().get("retry-after").is_none());
     assert_eq!(db.count("refunds").await, 0);

@@ -1,0 +1,75 @@
+//! Outbox rows as the relay tests arrange and read them.
+
+use uuid::Uuid;
+
+use crate::TestDb;
+
+/// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries
+/// `pad` filler bytes; returns the outbox ids in insertion order.
+pub async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
+    db.client()
+        .query(
+            "WITH ids AS (
+                 SELECT gen_random_uuid() AS charge_id, gen_random_uuid() AS event_id, g
+                 FROM generate_series(1, $1::int) AS g
+             ), c AS (
+                 INSERT INTO charges (id, amount_cents, currency)
+                 SELECT charge_id, 100 + g, 'EUR' FROM ids
+             )
+             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at)
+             SELECT event_id, charge_id, 'ChargeCreated',
+                    jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
+                                       'amountCents', 100 + g, 'currency', 'EUR',
+                                       'pad', repeat('x', $2::int)),
+                    clock_timestamp()
+             FROM ids ORDER BY g
+             RETURNING id",
+            &[&n, &pad],
+        )
+        .await
+        .expect("insert pending outbox rows")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// What the relay wrote on one outbox row.
+pub struct OutboxRow {
+    pub published: bool,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub retry_scheduled: bool,
+    pub dead: bool,
+}
+
+pub async fn outbox_row(db: &TestDb, id: Uuid) -> OutboxRow {
+    let row = db
+        .client()
+        .query_one(
+            "SELECT published_at IS NOT NULL, attempts, last_error,
+                    next_attempt_at > created_at, dead_at IS NOT NULL
+             FROM outbox WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .expect("read outbox row");
+    OutboxRow {
+        published: row.get(0),
+        attempts: row.get(1),
+        last_error: row.get(2),
+        retry_scheduled: row.get(3),
+        dead: row.get(4),
+    }
+}
+
+/// Outbox rows matching `condition` (SQL the test writes, never input).
+pub async fn count_outbox(db: &TestDb, condition: &str) -> i64 {
+    db.client()
+        .query_one(
+            &format!("SELECT count(*) FROM outbox WHERE {condition}"),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("count outbox rows where {condition}: {e}"))
+        .get(0)
+}
