@@ -24,7 +24,7 @@ test: build ## Every test, against the Postgres at DATABASE_URL (each test makes
 	cargo nextest run --workspace
 
 chaos: build ## Every fault-injection scenario, the slow ones too (tests/tests/chaos.rs; make test runs the fast ones).
-	cargo nextest run -p charges-tests --test chaos --run-ignored all --no-capture
+	cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | test(/^slow_/)'
 
 lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
 	cargo fmt --all -- --check

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make soak: SOAK_SECONDS (default 600) of mixed traffic (new, replay, conflict) with
-# two relays draining into the mock cluster and the retention jobs on (short TTL and
+# two relays draining into the mock cluster and the retention jobs on (short TTL (1 min) and
 # retention so they really work). Samples table sizes and both binaries' RSS every
 # 30 s, then asserts: no 5xx and no socket error, the outbox and key tables stay
 # bounded in rows and on disk, memory stays flat, nothing is left pending.
@@ -34,7 +34,7 @@ read -r line <&"${KAFKA[0]}"
 brokers="${line#bootstrap=}"
 
 RUST_LOG=warn DATABASE_URL="$url" "$bin/charges-api" serve --listen "127.0.0.1:$port" \
-  --idempotency-ttl 20s >"$out_dir/soak-api.log" 2>&1 &
+  --idempotency-ttl 1m >"$out_dir/soak-api.log" 2>&1 &
 api=$!; pids+=("$api")
 relays=()
 for i in 1 2; do

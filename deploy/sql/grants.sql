@@ -61,5 +61,11 @@ GRANT UPDATE (expires_at) ON idempotency_keys TO charges_relay;
 -- ChargeCountWithoutOutbox (reconciliation) reads charges; the relay never writes them.
 GRANT SELECT ON charges TO charges_relay;
 
+-- OutboxDeletePublished records how far it deleted; reconciliation reads it.
+GRANT SELECT, INSERT, UPDATE ON outbox_retention_horizon TO charges_relay;
+
+-- OutboxDiscardDeadMany (`dead discard`) keeps what it deleted; reconciliation reads it.
+GRANT SELECT, INSERT ON outbox_discarded TO charges_relay;
+
 -- /readyz on --metrics-listen.
 GRANT SELECT ON refinery_schema_history TO charges_relay;

@@ -13,7 +13,6 @@ pub mod outbox;
 pub mod proxy;
 pub mod raw_http;
 pub mod tansu;
-pub mod topic;
 pub mod wait;
 
 pub use wait::{DEADLINE, poll_until, poll_within};

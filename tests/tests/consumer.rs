@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::topic::produce;
+use charges_tests::kafka::produce;
 use charges_tests::{Process, TestDb, poll_until};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -209,7 +209,7 @@ async fn events_arriving_before_their_predecessor_are_counted() {
     }
     let group = format!("ledger-{}", Uuid::new_v4().simple());
     let consumer = start_consumer(&db, &kafka, &group, &["--ordering", "per-aggregate"]).await;
-    wait_for_log(&consumer, "duplicate event skipped", 1).await;
+    consumer.wait_for_log("duplicate event skipped", 1).await;
     let log = consumer.output_text();
     assert_eq!(
         log.matches("event applied before its predecessor").count(),

@@ -8,40 +8,19 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use charges_tests::kafka::{BrokerKind, Received, TestKafka};
-use charges_tests::{TestApi, TestDb, binary};
+use charges_tests::outbox::count_outbox;
+use charges_tests::{DEADLINE, TestApi, TestDb, new_key, poll_until, relay_command, start_relay};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use reqwest::StatusCode;
 use serde_json::Value;
-use uuid::Uuid;
 
 const CHARGES: usize = 50;
 const REFUNDS_PER_CHARGE: usize = 10;
-const DEADLINE: Duration = Duration::from_secs(90);
-
-async fn wait_until<F, Fut>(what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    db.client()
-        .query_one(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .get(0)
-}
 
 async fn create_charge(api: &TestApi, amount: i64) -> String {
     let response = api
         .post_charge(
-            Some(&Uuid::new_v4().to_string()),
+            Some(&new_key()),
             &format!(r#"{{"amountCents":{amount},"currency":"EUR"}}"#),
         )
         .await;
@@ -57,17 +36,9 @@ async fn refund_concurrently(api: &TestApi, charges: &[String], refunds: usize) 
     use futures::StreamExt;
     let requests = charges.iter().flat_map(|charge| {
         (0..refunds).map(move |_| async move {
-            let key = Uuid::new_v4().to_string();
+            let key = new_key();
             loop {
-                let response = api
-                    .http
-                    .post(api.url(&format!("/charges/{charge}/refunds")))
-                    .header("content-type", "application/json")
-                    .header("idempotency-key", &key)
-                    .body(r#"{"amountCents":10}"#)
-                    .send()
-                    .await
-                    .expect("refund");
+                let response = api.post_refund(charge, &key, r#"{"amountCents":10}"#).await;
                 match response.status() {
                     StatusCode::CREATED => return,
                     StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE => {
@@ -85,10 +56,8 @@ async fn refund_concurrently(api: &TestApi, charges: &[String], refunds: usize) 
         .await;
 }
 
-fn ordered_relay_args<'a>(db: &'a TestDb, extra: &[&'a str]) -> Vec<&'a str> {
+fn ordered_relay_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
         "--ordering",
         "per-aggregate",
         "--concurrency",
@@ -139,11 +108,8 @@ async fn ordered_delivery(kind: BrokerKind) {
         charges.push(create_charge(&api, 1000).await);
     }
     refund_concurrently(&api, &charges, REFUNDS_PER_CHARGE).await;
-    let events = CHARGES * (1 + REFUNDS_PER_CHARGE);
-    assert_eq!(
-        scalar(&db, "SELECT count(*) FROM outbox").await,
-        events as i64
-    );
+    let events = (CHARGES * (1 + REFUNDS_PER_CHARGE)) as i64;
+    assert_eq!(count_outbox(&db, "true").await, events);
     // A quarter of the events are made too big for the first relay's producer, which
     // refuses them (a rejection, retried later) while the other relays take them.
     db.client()
@@ -154,23 +120,15 @@ async fn ordered_delivery(kind: BrokerKind) {
         .await
         .unwrap();
 
-    let (_picky, _) = charges_tests::start_relay(
-        &kafka,
-        &ordered_relay_args(
-            &db,
-            &[
-                "--kafka-config",
-                "message.max.bytes=2000",
-                "--max-attempts",
-                "1000",
-            ],
-        ),
-        &[],
-    )
-    .await;
-    let (mut doomed, _) =
-        charges_tests::start_relay(&kafka, &ordered_relay_args(&db, &[]), &[]).await;
-    let (_steady, _) = charges_tests::start_relay(&kafka, &ordered_relay_args(&db, &[]), &[]).await;
+    let picky = [
+        "--kafka-config",
+        "message.max.bytes=2000",
+        "--max-attempts",
+        "1000",
+    ];
+    let _picky = start_relay(&db, &kafka, &ordered_relay_args(&picky)).await;
+    let (mut doomed, _) = start_relay(&db, &kafka, &ordered_relay_args(&[])).await;
+    let _steady = start_relay(&db, &kafka, &ordered_relay_args(&[])).await;
     if let Some(mock) = kafka.mock() {
         // The broker itself refuses a few produce requests too.
         mock.request_errors(
@@ -178,35 +136,25 @@ async fn ordered_delivery(kind: BrokerKind) {
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD; 5],
         );
     }
-    wait_until("a third of the events published", || async {
-        scalar(
-            &db,
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-        )
-        .await
-            >= (events / 3) as i64
+    poll_until("a third of the events published", async || {
+        (count_outbox(&db, "published_at IS NOT NULL").await >= events / 3).then_some(())
     })
     .await;
-    doomed.signal("KILL");
-    doomed.wait(Duration::from_secs(10)).await;
-
-    wait_until("every event published", || async {
-        scalar(
-            &db,
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        )
-        .await
-            == 0
+    doomed.kill9().await;
+    poll_until("every event published", async || {
+        (count_outbox(&db, "published_at IS NULL").await == 0).then_some(())
     })
     .await;
-    let rejected = scalar(&db, "SELECT count(*) FROM outbox WHERE rejections > 0").await;
-    assert!(rejected > 0, "no publish failure was injected");
+    assert!(
+        count_outbox(&db, "rejections > 0").await > 0,
+        "no publish failure was injected"
+    );
     // Sequence order is commit order: each refund's running total, computed under the
     // charge's row lock, grows with its sequence.
-    let misnumbered = scalar(
+    let misnumbered = count_outbox(
         &db,
-        "SELECT count(*) FROM outbox WHERE event_type = 'ChargeRefunded'
-            AND (payload ->> 'refundedCents')::bigint <> 10 * (sequence - 1)",
+        "event_type = 'ChargeRefunded'
+         AND (payload ->> 'refundedCents')::bigint <> 10 * (sequence - 1)",
     )
     .await;
     assert_eq!(
@@ -247,20 +195,7 @@ async fn tansu_first_occurrences_follow_each_charges_commit_order() {
     ordered_delivery(BrokerKind::Tansu).await;
 }
 
-fn relay_command(db: &TestDb, args: &[&str]) -> String {
-    let output = std::process::Command::new(binary("charges-relay"))
-        .args(args)
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .expect("run charges-relay");
-    assert!(
-        output.status.success(),
-        "charges-relay {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
+/// `(id, sequence, published, dead, attempts)` of a charge's events.
 async fn events_of(db: &TestDb, charge: &str) -> Vec<(String, i64, bool, bool, i32)> {
     db.client()
         .query(
@@ -293,29 +228,23 @@ async fn a_dead_event_holds_back_only_its_own_charges_later_events() {
         )
         .await
         .unwrap();
-    let (mut relay, _) = charges_tests::start_relay(
-        &kafka,
-        &ordered_relay_args(
-            &db,
-            &[
-                "--kafka-config",
-                "message.max.bytes=2000",
-                "--max-attempts",
-                "2",
-            ],
-        ),
-        &[],
-    )
-    .await;
-    wait_until("the blocked charge's ChargeCreated is dead", || async {
-        events_of(&db, &blocked).await[0].3
+    let small = [
+        "--kafka-config",
+        "message.max.bytes=2000",
+        "--max-attempts",
+        "2",
+    ];
+    let (mut relay, _) = start_relay(&db, &kafka, &ordered_relay_args(&small)).await;
+    poll_until("the blocked charge's ChargeCreated is dead", async || {
+        events_of(&db, &blocked).await[0].3.then_some(())
     })
     .await;
     // A charge created after the death is published: the relay kept claiming, and the
     // blocked charge's refunds were passed over, not merely not reached yet.
     let later = create_charge(&api, 1000).await;
-    wait_until("the other charges' events are published", || async {
-        events_of(&db, &free).await.iter().all(|e| e.2) && events_of(&db, &later).await[0].2
+    poll_until("the other charges' events are published", async || {
+        let free_done = events_of(&db, &free).await.iter().all(|e| e.2);
+        (free_done && events_of(&db, &later).await[0].2).then_some(())
     })
     .await;
     for (id, sequence, published, dead, attempts) in &events_of(&db, &blocked).await[1..] {
@@ -325,15 +254,18 @@ async fn a_dead_event_holds_back_only_its_own_charges_later_events() {
             "event {sequence} ({id}) was claimed behind a dead one"
         );
     }
-    relay.signal("TERM");
-    assert!(relay.wait(Duration::from_secs(30)).await.success());
+    relay.stop().await;
 
     let dead_id = events_of(&db, &blocked).await[0].0.clone();
     let requeued = relay_command(&db, &["dead", "requeue", "--id", &dead_id]);
     assert!(requeued.contains("requeued 1"), "{requeued}");
-    let _relay = charges_tests::start_relay(&kafka, &ordered_relay_args(&db, &[]), &[]).await;
-    wait_until("the held events follow", || async {
-        events_of(&db, &blocked).await.iter().all(|e| e.2)
+    let _relay = start_relay(&db, &kafka, &ordered_relay_args(&[])).await;
+    poll_until("the held events follow", async || {
+        events_of(&db, &blocked)
+            .await
+            .iter()
+            .all(|e| e.2)
+            .then_some(())
     })
     .await;
     let mut reader = kafka.reader();

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use charges_tests::kafka::{BrokerKind, TestKafka};
-use charges_tests::{Process, TestDb, log_field};
+use charges_tests::metrics::scrape;
+use charges_tests::outbox::{count_outbox, insert_pending};
+use charges_tests::{DEADLINE, TestDb, poll_until, start_relay};
 use uuid::Uuid;
 
 /// The relay's timeouts in these tests: two attempts take about 2 × (publish timeout
@@ -16,7 +18,6 @@ const PUBLISH_TIMEOUT: &str = "500ms";
 const BACKOFF_MAX: &str = "100ms";
 const TWO_ATTEMPTS: Duration = Duration::from_millis(1200);
 const ROWS: i32 = 60;
-const DEADLINE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy)]
 enum Fault {
@@ -24,18 +25,6 @@ enum Fault {
     Refused,
     /// Connections kept, nothing answered.
     Hung,
-}
-
-async fn wait_until<F, Fut>(what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !probe().await {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn scalar(db: &TestDb, sql: &str) -> i64 {
@@ -81,50 +70,18 @@ async fn unlocked_and_unpublished(db: &TestDb) -> (i64, i64) {
     (row.get(0), row.get(1))
 }
 
-async fn insert_charges(db: &TestDb, n: i32) -> Vec<Uuid> {
-    db.client()
-        .query(
-            "WITH ids AS (
-                 SELECT gen_random_uuid() AS charge_id, gen_random_uuid() AS event_id, g
-                   FROM generate_series(1, $1::int) AS g
-             ), c AS (
-                 INSERT INTO charges (id, amount_cents, currency)
-                 SELECT charge_id, 100 + g, 'EUR' FROM ids
-             )
-             INSERT INTO outbox (id, aggregate_id, event_type, sequence, payload, created_at)
-             SELECT event_id, charge_id, 'ChargeCreated', 1,
-                    jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
-                                       'sequence', 1, 'amountCents', 100 + g,
-                                       'currency', 'EUR', 'occurredAt', now()),
-                    clock_timestamp()
-               FROM ids ORDER BY g
-             RETURNING id",
-            &[&n],
-        )
-        .await
-        .expect("insert outbox rows")
-        .iter()
-        .map(|row| row.get(0))
-        .collect()
-}
-
-async fn metric(url: &str, name: &str) -> Option<f64> {
-    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-    text.lines()
-        .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
-        .and_then(|line| line.rsplit_once(' '))
-        .and_then(|(_, value)| value.parse().ok())
+async fn metric(url: &str, name: &str) -> f64 {
+    charges_tests::metrics::sample(&scrape(&reqwest::Client::new(), url).await, name, &[])
 }
 
 async fn outage(kind: BrokerKind, fault: Fault) {
     let db = TestDb::new().await;
     count_updates(&db).await;
     let kafka = TestKafka::of(kind, 3).await;
-    let (relay, line) = charges_tests::start_relay(
+    let (relay, metrics) = start_relay(
+        &db,
         &kafka,
         &[
-            "--database-url",
-            db.url.as_str(),
             "--max-attempts",
             "2",
             "--publish-timeout",
@@ -140,21 +97,11 @@ async fn outage(kind: BrokerKind, fault: Fault) {
             "--batch-size",
             "20",
         ],
-        &[],
     )
     .await;
-    let metrics = format!(
-        "http://{}/metrics",
-        log_field(&line, "metrics_addr").expect("metrics_addr")
-    );
-    let warm_up = insert_charges(&db, 1).await;
-    wait_until("the first row is published", || async {
-        scalar(
-            &db,
-            "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL",
-        )
-        .await
-            == 1
+    let warm_up = insert_pending(&db, 1, 0).await;
+    poll_until("the first row is published", async || {
+        (count_outbox(&db, "published_at IS NOT NULL").await == 1).then_some(())
     })
     .await;
 
@@ -162,21 +109,22 @@ async fn outage(kind: BrokerKind, fault: Fault) {
         Fault::Refused => kafka.refuse(),
         Fault::Hung => kafka.hang(),
     }
-    let ids = insert_charges(&db, ROWS).await;
-    wait_for_log(&relay, "broker unavailable").await;
+    let ids = insert_pending(&db, ROWS, 0).await;
+    relay.wait_for_log("broker unavailable", 1).await;
     // Batches that were waiting for acknowledgements release their rows at once.
-    wait_until("no row locked once the outage is known", || async {
+    poll_until("no row locked once the outage is known", async || {
         let (unlocked, unpublished) = unlocked_and_unpublished(&db).await;
-        unlocked == unpublished
+        (unlocked == unpublished).then_some(())
     })
     .await;
     let updates_at_start = updates(&db).await;
     assert_eq!(
         metric(&metrics, "charges_relay_broker_available").await,
-        Some(0.0)
+        0.0
     );
 
-    // The outage lasts 20× what two attempts take; sampled throughout.
+    // The outage lasts 20× what two attempts take (the scenario, not a wait for an
+    // event); sampled throughout.
     let until = tokio::time::Instant::now() + TWO_ATTEMPTS * 20;
     while tokio::time::Instant::now() < until {
         let (unlocked, unpublished) = unlocked_and_unpublished(&db).await;
@@ -187,7 +135,7 @@ async fn outage(kind: BrokerKind, fault: Fault) {
             "rows went missing or were published"
         );
         assert_eq!(
-            scalar(&db, "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL").await,
+            count_outbox(&db, "dead_at IS NOT NULL").await,
             0,
             "a row died of the outage"
         );
@@ -203,35 +151,26 @@ async fn outage(kind: BrokerKind, fault: Fault) {
         attempts <= 2,
         "a row was attempted {attempts} times during the outage"
     );
-    let recorded = scalar(
+    let recorded = count_outbox(
         &db,
-        "SELECT count(*) FROM outbox
-          WHERE published_at IS NULL AND attempts >= 1 AND rejections = 0
-            AND last_error LIKE 'unavailable: %'",
+        "published_at IS NULL AND attempts >= 1 AND rejections = 0
+         AND last_error LIKE 'unavailable: %'",
     )
     .await;
     assert!(recorded > 0, "the outage is not visible on the rows");
 
     kafka.restore();
-    wait_until("every row is published after the outage", || async {
-        scalar(
-            &db,
-            "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-        )
-        .await
-            == 0
+    poll_until("every row is published after the outage", async || {
+        (count_outbox(&db, "published_at IS NULL").await == 0).then_some(())
     })
     .await;
-    assert_eq!(
-        scalar(&db, "SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL").await,
-        0
-    );
-    wait_for_log(&relay, "broker available again").await;
+    assert_eq!(count_outbox(&db, "dead_at IS NOT NULL").await, 0);
+    relay.wait_for_log("broker available again", 1).await;
     assert_eq!(
         metric(&metrics, "charges_relay_broker_available").await,
-        Some(1.0)
+        1.0
     );
-    assert!(metric(&metrics, "charges_relay_broker_outages_total").await >= Some(1.0));
+    assert!(metric(&metrics, "charges_relay_broker_outages_total").await >= 1.0);
 
     let mut reader = kafka.reader();
     let all: Vec<String> = warm_up.iter().chain(&ids).map(Uuid::to_string).collect();
@@ -241,18 +180,6 @@ async fn outage(kind: BrokerKind, fault: Fault) {
                 .all(|id| messages.iter().any(|m| m.header("id") == Some(id.as_str())))
         })
         .await;
-}
-
-async fn wait_for_log(process: &Process, marker: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    while !process.output_text().contains(marker) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never logged {marker:?}:\n{}",
-            process.output_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
+use charges_tests::kafka::produce;
 use charges_tests::metrics::{sample, scrape_until};
-use charges_tests::topic::produce;
 use charges_tests::{
     DEADLINE, Process, TestDb, binary, block_on_own_runtime, connect, expect_problem, log_field,
     new_key, start_relay,

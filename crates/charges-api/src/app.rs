@@ -87,9 +87,9 @@ pub async fn serve(
         pool,
         idempotency: IdempotencyStore::with_replay_cache(
             args.idempotency_ttl,
-            args.replay_cache_entries,
+            args.replay_cache_entries as usize,
         ),
-        max_body_bytes: args.max_body_bytes,
+        max_body_bytes: args.max_body_bytes as usize,
         body_timeout: args.client_request_timeout,
         metrics,
         api_keys,
@@ -107,7 +107,7 @@ pub async fn serve(
     .client_request_timeout(args.client_request_timeout)
     .keep_alive(args.keep_alive);
     if let Some(workers) = args.workers {
-        server = server.workers(workers);
+        server = server.workers(workers as usize);
     }
     let server = server.bind(args.listen)?;
     for addr in server.addrs() {

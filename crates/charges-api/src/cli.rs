@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use charges_runtime::cli::{duration_at_least, duration_within};
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::{self, ApiKeys, ApiKeysError};
@@ -27,7 +28,14 @@ pub struct Cli {
     /// Log line format; the filter comes from RUST_LOG (default "info").
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
+    /// `serve`'s flags, for `charges-api` without a subcommand (`serve` is the default).
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
+
+/// The shortest `--idempotency-ttl`: a key is the client's protection for as long as it
+/// may retry, and no client retry plan is shorter. (A TTL of 0 s made every request new.)
+pub const MIN_IDEMPOTENCY_TTL: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
@@ -52,13 +60,13 @@ pub struct MigrateArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PoolArgs {
     /// Maximum connections in the pool; one request holds one connection for its transaction.
-    #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16, global = true)]
-    pub db_pool_size: usize,
+    #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16, global = true, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub db_pool_size: u32,
     /// How long a request waits for a pooled connection (or a new one) before answering 503.
-    #[arg(long, env = "DB_ACQUIRE_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    #[arg(long, env = "DB_ACQUIRE_TIMEOUT", default_value = "2s", value_parser = duration_within(Duration::from_millis(10), Duration::from_secs(60)), global = true)]
     pub db_acquire_timeout: Duration,
     /// Postgres statement_timeout for every statement; a slower statement is cancelled and answered 503.
-    #[arg(long, env = "DB_STATEMENT_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration, global = true)]
+    #[arg(long, env = "DB_STATEMENT_TIMEOUT", default_value = "5s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(600)), global = true)]
     pub db_statement_timeout: Duration,
 }
 
@@ -68,30 +76,30 @@ pub struct ServeArgs {
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// How long a completed Idempotency-Key is remembered; after that the same key is a new request.
-    #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "IDEMPOTENCY_TTL", default_value = "24h", value_parser = duration_at_least(MIN_IDEMPOTENCY_TTL))]
     pub idempotency_ttl: Duration,
     /// Completed keys remembered in this process, so that replays skip the database
     /// (each entry dies no later than its row's expiry; 0 turns the cache off).
-    #[arg(long, env = "REPLAY_CACHE_ENTRIES", default_value_t = charges_store::idempotency_keys::DEFAULT_REPLAY_CACHE_ENTRIES)]
-    pub replay_cache_entries: usize,
+    #[arg(long, env = "REPLAY_CACHE_ENTRIES", default_value_t = charges_store::idempotency_keys::DEFAULT_REPLAY_CACHE_ENTRIES as u32, value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+    pub replay_cache_entries: u32,
     /// Apply pending migrations before serving (convenient locally; production runs `migrate` as a Job).
     #[arg(long, env = "MIGRATE", default_value_t = false)]
     pub migrate: bool,
     /// Largest accepted request body in bytes; larger bodies are answered 413.
-    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
-    pub max_body_bytes: usize,
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024, value_parser = clap::value_parser!(u32).range(64..=1024 * 1024))]
+    pub max_body_bytes: u32,
     /// HTTP worker threads (default: one per CPU core).
-    #[arg(long, env = "HTTP_WORKERS")]
-    pub workers: Option<usize>,
+    #[arg(long, env = "HTTP_WORKERS", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub workers: Option<u32>,
     /// After SIGTERM, how long in-flight requests may take before the server stops anyway.
-    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = duration_within(Duration::from_secs(1), Duration::from_secs(600)))]
     pub shutdown_timeout: Duration,
     /// A client must send its request headers within this time, and then its body within
     /// this time again (slow-client protection; a late body is answered 400).
-    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "CLIENT_REQUEST_TIMEOUT", default_value = "5s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(600)))]
     pub client_request_timeout: Duration,
     /// Idle keep-alive connections are closed after this time.
-    #[arg(long, env = "KEEP_ALIVE", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEEP_ALIVE", default_value = "30s", value_parser = duration_within(Duration::from_secs(1), Duration::from_secs(3600)))]
     pub keep_alive: Duration,
     /// Turns on API-key authentication: `client_id:secret` entries, comma separated
     /// (secrets of 16+ characters; a client may have several for rotation). Clients send
@@ -162,22 +170,65 @@ impl Default for ServeArgs {
 impl Cli {
     pub fn pool_settings(&self) -> charges_store::PoolSettings {
         charges_store::PoolSettings {
-            max_size: self.pool.db_pool_size,
+            max_size: self.pool.db_pool_size as usize,
             acquire_timeout: self.pool.db_acquire_timeout,
             statement_timeout: self.pool.db_statement_timeout,
             ..self
                 .database
-                .pool_settings("charges-api", self.pool.db_pool_size)
+                .pool_settings("charges-api", self.pool.db_pool_size as usize)
         }
     }
 }
 
+impl Cli {
+    /// Parses the command line (or `args`), then checks what clap cannot check flag by
+    /// flag. A failure is a usage error: exit code 2 with the flags named.
+    pub fn parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = <Cli as CommandFactory>::command();
+        let matches = command.clone().try_get_matches_from(args)?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        charges_runtime::cli::reject_loop_flags_with_subcommand::<ServeArgs>(&command, &matches)?;
+        cli.validate()?;
+        Ok(cli)
+    }
+
+    /// What `charges-api` was asked to do; `serve` when no subcommand is given.
+    pub fn action(&self) -> Command {
+        self.command
+            .clone()
+            .unwrap_or_else(|| Command::Serve(self.serve.clone()))
+    }
+
+    fn validate(&self) -> Result<(), clap::Error> {
+        use clap::CommandFactory;
+        if let Command::Serve(serve) = self.action() {
+            // A key that could expire while the transaction that completes it is still
+            // open would let the client's retry run the operation again.
+            let longest_transaction = self.pool.db_statement_timeout * 2;
+            if serve.idempotency_ttl <= longest_transaction {
+                return Err(<Cli as CommandFactory>::command().error(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "--idempotency-ttl ({}) must be longer than a request's transaction can last \
+                         (2 × --db-statement-timeout = {})",
+                        humantime::format_duration(serve.idempotency_ttl),
+                        humantime::format_duration(longest_transaction)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let command = cli
-        .command
-        .clone()
-        .unwrap_or_else(|| Command::Serve(ServeArgs::default()));
+    let cli = Cli::parse_checked(std::env::args_os()).unwrap_or_else(|error| error.exit());
+    let command = cli.action();
     // Every secret the process holds is known to the log redactor before the first
     // log line: the database password and the API keys (valid or not).
     let mut secrets = secrets::database_password(&cli.database.database_url);

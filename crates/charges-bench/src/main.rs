@@ -120,7 +120,14 @@ fn pgbench_script() -> Result<String, String> {
     );
     script += &bind(
         charges_store::outbox::INSERT,
-        &[event_id, charge_id, "'ChargeCreated'", "1", payload, "now()"],
+        &[
+            event_id,
+            charge_id,
+            "'ChargeCreated'",
+            "1",
+            payload,
+            "now()",
+        ],
     );
     script += &bind(
         charges_store::idempotency_keys::COMPLETE,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use charges_runtime::cli::duration_within;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Reads charges.events with a consumer group and applies each event once: the event id
@@ -109,7 +110,7 @@ pub struct RunArgs {
     /// How often processed offsets are committed to Kafka; 0s commits after every
     /// message. A longer interval means fewer commits and more redeliveries after a
     /// crash; the inbox makes those harmless either way.
-    #[arg(long, env = "CONSUMER_COMMIT_INTERVAL", default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "CONSUMER_COMMIT_INTERVAL", default_value = "0s", value_parser = duration_within(Duration::ZERO, Duration::from_secs(3600)))]
     pub commit_interval: Duration,
 
     /// Extra librdkafka consumer setting, `key=value`; repeatable. Applied after the
@@ -157,7 +158,7 @@ pub struct TailArgs {
     pub from_beginning: bool,
 
     /// Exit after this long without a new message.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]
     pub until_idle: Duration,
 }
 

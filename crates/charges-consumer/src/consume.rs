@@ -60,7 +60,8 @@ pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerE
     }
     let metrics_handle = metrics::install()?;
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
-    let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle)?;
+    let health = std::sync::Arc::new(charges_runtime::readiness::Health::default());
+    let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle, health)?;
     let consumer: StreamConsumer = consumer_config(&args).create()?;
     consumer.subscribe(&[args.topic.as_str()])?;
     let signal = charges_runtime::shutdown_signal().map_err(ConsumerError::Signal)?;

@@ -9,6 +9,8 @@ pub enum ConsumerError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot install the signal handler")]
     Signal(#[source] std::io::Error),
+    #[error("topic {0} does not exist (or has no partitions)")]
+    NoSuchTopic(String),
     #[error("cannot write to stdout")]
     Output(#[source] std::io::Error),
     #[error(transparent)]

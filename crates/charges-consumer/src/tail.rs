@@ -35,11 +35,16 @@ fn tail_blocking(args: &TailArgs) -> Result<(), ConsumerError> {
     } else {
         Offset::End
     };
+    // Asking for a topic that does not exist returns it with an error and no
+    // partitions (or auto-creates it, where the broker allows that).
+    let topic = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == args.topic && t.error().is_none() && !t.partitions().is_empty())
+        .ok_or_else(|| ConsumerError::NoSuchTopic(args.topic.clone()))?;
     let mut assignment = TopicPartitionList::new();
-    for topic in metadata.topics() {
-        for partition in topic.partitions() {
-            assignment.add_partition_offset(topic.name(), partition.id(), start)?;
-        }
+    for partition in topic.partitions() {
+        assignment.add_partition_offset(topic.name(), partition.id(), start)?;
     }
     consumer.assign(&assignment)?;
     let mut out = std::io::stdout().lock();

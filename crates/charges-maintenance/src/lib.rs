@@ -21,11 +21,12 @@
 //!   side. Read-only jobs have no key: every replica exports its own gauges.
 //! - **Metrics**, by `task` (the job name): runs by outcome (`ok`, `skipped`, `failed`), rows affected,
 //!   duration, and the time of the last successful run (the alert for a stalled job).
-//! - **Failure policy.** A failed run (the database is down, a statement timed out) is
-//!   logged and counted, and the job runs again at its next interval: upkeep can wait.
-//!   A job whose task ends — a panic, a bug — ends [`JobRunner::wait_for_failure`],
-//!   and the process exits non-zero: never a half-alive process whose gauges quietly
-//!   stop moving.
+//! - **Failure policy.** A failed run is logged and counted, and the job runs again at
+//!   its next interval: upkeep can wait. A job that fails three times in a row for a
+//!   reason other than an unreachable database (a missing grant, a broken schema) makes
+//!   the process's `/readyz` answer 503 naming it, until it runs again. A job whose
+//!   task ends — a panic, a bug — ends [`JobRunner::failed`], and the process exits
+//!   non-zero: never a half-alive process whose gauges quietly stop moving.
 //!
 //! `charges-relay` runs these jobs next to the outbox relay: it is already deployed
 //! as N replicas with a database role that may delete from both queue tables, and the

@@ -3,6 +3,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use charges_runtime::readiness::Health;
 use charges_store::{Pool, StoreError, Transaction};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -108,15 +111,18 @@ pub struct JobFailed {
 /// Runs jobs on their intervals until shutdown.
 pub struct JobRunner {
     pool: Pool,
+    health: Arc<Health>,
     shutdown: watch::Receiver<bool>,
     tasks: JoinSet<()>,
     names: Vec<(tokio::task::Id, &'static str)>,
 }
 
 impl JobRunner {
-    pub fn new(pool: Pool, shutdown: watch::Receiver<bool>) -> JobRunner {
+    /// Jobs that keep failing are reported to `health` (the process's `/readyz`).
+    pub fn new(pool: Pool, health: Arc<Health>, shutdown: watch::Receiver<bool>) -> JobRunner {
         JobRunner {
             pool,
+            health,
             shutdown,
             tasks: JoinSet::new(),
             names: Vec::new(),
@@ -127,8 +133,11 @@ impl JobRunner {
     pub fn spawn(&mut self, job: impl Job) {
         let name = job.name();
         let pool = self.pool.clone();
+        let health = self.health.clone();
         let shutdown = self.shutdown.clone();
-        let handle = self.tasks.spawn(every_interval(pool, job, shutdown));
+        let handle = self
+            .tasks
+            .spawn(every_interval(pool, job, health, shutdown));
         self.names.push((handle.id(), name));
     }
 
@@ -161,7 +170,13 @@ impl JobRunner {
     }
 }
 
-async fn every_interval(pool: Pool, job: impl Job, mut shutdown: watch::Receiver<bool>) {
+async fn every_interval(
+    pool: Pool,
+    job: impl Job,
+    health: Arc<Health>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut failures = 0;
     let mut ticks = tokio::time::interval(job.interval());
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -173,16 +188,24 @@ async fn every_interval(pool: Pool, job: impl Job, mut shutdown: watch::Receiver
             return;
         }
         match run_once(&pool, &job, &shutdown).await {
-            Ok(RunOutcome::Ran { rows }) if rows > 0 => {
-                tracing::info!(job = job.name(), rows, "maintenance job done");
+            Ok(outcome) => {
+                failures = 0;
+                health.ok(job.name());
+                if let RunOutcome::Ran { rows } = outcome
+                    && rows > 0
+                {
+                    tracing::info!(job = job.name(), rows, "maintenance job done");
+                }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                job = job.name(),
-                error = %charges_runtime::error_chain(&e),
-                retry_in = ?job.interval(),
-                "maintenance job failed"
-            ),
+            Err(e) => {
+                failures += 1;
+                let error = charges_runtime::error_chain(&e);
+                tracing::warn!(job = job.name(), %error, retry_in = ?job.interval(), "maintenance job failed");
+                // An unreachable database already makes /readyz fail on its own.
+                if !e.is_unavailable() {
+                    health.failed(job.name(), failures, error);
+                }
+            }
         }
     }
 }

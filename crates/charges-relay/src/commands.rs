@@ -1,4 +1,5 @@
-//! The one-shot commands: `charges-relay dead list|show|requeue` and `charges-relay purge`.
+//! The one-shot commands: `charges-relay dead list|show|requeue|discard` and
+//! `charges-relay purge`.
 
 use std::io::Write;
 
@@ -48,9 +49,15 @@ pub async fn purge(database: &DatabaseArgs) -> Result<(), RelayError> {
 pub enum DeadCommandError {
     #[error("not dead (unknown, pending or published), so nothing was done: {0}")]
     NotDead(String),
+    #[error("not on a terminal: pass --yes to discard without asking")]
+    ConfirmationNeeded,
+    #[error("not confirmed: nothing was discarded")]
+    NotConfirmed,
+    #[error("reading the confirmation failed")]
+    Confirmation(#[source] std::io::Error),
 }
 
-/// `charges-relay dead list|show|requeue`.
+/// `charges-relay dead list|show|requeue|discard`.
 pub async fn dead(database: &DatabaseArgs, args: DeadArgs) -> Result<(), RelayError> {
     let pool = connect(database, "charges-relay-dead").await?;
     let mut client = pool.get().await?;
@@ -62,6 +69,10 @@ pub async fn dead(database: &DatabaseArgs, args: DeadArgs) -> Result<(), RelayEr
             Some(row) => print_dead_row(row),
             None => Err(DeadCommandError::NotDead(id.to_string()).into()),
         },
+        DeadAction::Discard { ids, by, yes } => {
+            let by = by.unwrap_or_else(|| "unknown".to_owned());
+            discard(&mut client, &ids, &by, yes).await
+        }
         DeadAction::Requeue(selection) => {
             let tx = client.transaction().await?;
             let ids = select_for_requeue(&tx, &selection).await?;
@@ -78,6 +89,74 @@ pub async fn dead(database: &DatabaseArgs, args: DeadArgs) -> Result<(), RelayEr
     }
 }
 
+/// `dead discard`: every id must be dead; the rows move to `outbox_discarded` in one
+/// transaction, and each gets an audit line on stdout.
+async fn discard(
+    client: &mut deadpool_postgres::Object,
+    ids: &[Uuid],
+    by: &str,
+    yes: bool,
+) -> Result<(), RelayError> {
+    let tx = client.transaction().await?;
+    let rows = dead_rows(&tx, ids).await?;
+    confirm(rows.len(), yes)?;
+    let discarded = OutboxStore::discard_dead(&tx, ids, by).await?;
+    tx.commit().await?;
+    let at = chrono::Utc::now().to_rfc3339();
+    for row in rows.iter().filter(|row| discarded.contains(&row.id)) {
+        tracing::warn!(id = %row.id, by, "discarded a dead outbox row");
+        out(format_args!(
+            "discarded {} ({} of {}, sequence {}) by {by} at {at}\n",
+            row.id,
+            row.event_type,
+            row.aggregate_id,
+            row.sequence
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The dead rows `ids` name, or an error naming the ids that are not dead.
+async fn dead_rows(
+    client: &impl GenericClient,
+    ids: &[Uuid],
+) -> Result<Vec<DeadEvent>, RelayError> {
+    let rows = OutboxStore::get_dead(client, ids).await?;
+    let missing: Vec<String> = ids
+        .iter()
+        .filter(|id| !rows.iter().any(|row| row.id == **id))
+        .map(ToString::to_string)
+        .collect();
+    if missing.is_empty() {
+        Ok(rows)
+    } else {
+        Err(DeadCommandError::NotDead(missing.join(", ")).into())
+    }
+}
+
+/// `--yes`, or a "y" typed on the terminal.
+fn confirm(rows: usize, yes: bool) -> Result<(), RelayError> {
+    use std::io::{BufRead, IsTerminal};
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(DeadCommandError::ConfirmationNeeded.into());
+    }
+    eprint!("discard {rows} dead outbox row(s)? Their events will never be published. [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(DeadCommandError::Confirmation)?;
+    if answer.trim().eq_ignore_ascii_case("y") {
+        Ok(())
+    } else {
+        Err(DeadCommandError::NotConfirmed.into())
+    }
+}
+
 /// The ids `dead requeue` takes. Named ids must all be dead: one that is not means a
 /// typo or a stale list, and nothing is requeued.
 async fn select_for_requeue(
@@ -85,21 +164,11 @@ async fn select_for_requeue(
     selection: &RequeueArgs,
 ) -> Result<Vec<Uuid>, RelayError> {
     if !selection.id.is_empty() {
-        let dead: Vec<Uuid> = OutboxStore::get_dead(client, &selection.id)
+        return Ok(dead_rows(client, &selection.id)
             .await?
             .iter()
             .map(|row| row.id)
-            .collect();
-        let missing: Vec<String> = selection
-            .id
-            .iter()
-            .filter(|id| !dead.contains(id))
-            .map(ToString::to_string)
-            .collect();
-        if !missing.is_empty() {
-            return Err(DeadCommandError::NotDead(missing.join(", ")).into());
-        }
-        return Ok(dead);
+            .collect());
     }
     let rows =
         OutboxStore::list_dead(client, i64::MAX, selection.last_error_like.as_deref()).await?;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use charges_runtime::cli::{duration_at_least, duration_within};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
@@ -107,12 +108,12 @@ pub struct RunArgs {
 
     /// How often to look for rows when no notification arrives (fallback for lost
     /// notifications, retries that became due, and a dropped LISTEN connection).
-    #[arg(long, env = "RELAY_POLL_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_POLL_INTERVAL", default_value = "1s", value_parser = duration_within(Duration::from_millis(10), Duration::from_secs(86400)))]
     pub poll_interval: Duration,
 
     /// Upper bound on one batch's delivery (`message.timeout.ms`); the claim
     /// transaction stays open at most this long plus a small margin.
-    #[arg(long, env = "RELAY_PUBLISH_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_PUBLISH_TIMEOUT", default_value = "5s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(600)))]
     pub publish_timeout: Duration,
 
     /// Rejections after which a row is set dead and no longer claimed: attempts the
@@ -124,27 +125,27 @@ pub struct RunArgs {
 
     /// First retry delay cap; the cap doubles per attempt (full jitter: the delay is
     /// uniformly random between 0 and the cap).
-    #[arg(long, env = "RELAY_BACKOFF_BASE", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_BACKOFF_BASE", default_value = "1s", value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(3600)))]
     pub backoff_base: Duration,
 
     /// Largest retry delay cap.
-    #[arg(long, env = "RELAY_BACKOFF_MAX", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_BACKOFF_MAX", default_value = "5m", value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(86400)))]
     pub backoff_max: Duration,
 
     /// While the broker is unavailable the relay claims nothing and probes the
     /// broker's metadata instead, first after --backoff-base, then twice as long each
     /// time, up to this.
-    #[arg(long, env = "RELAY_BROKER_PROBE_MAX", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_BROKER_PROBE_MAX", default_value = "30s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]
     pub broker_probe_max: Duration,
 
     /// Published rows older than this are deleted (in small batches, by one relay at
     /// a time). Pending and dead rows are never deleted.
-    #[arg(long, env = "RELAY_PUBLISHED_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_PUBLISHED_RETENTION", default_value = "7d", value_parser = duration_at_least(Duration::from_secs(1)))]
     pub published_retention: Duration,
 
     /// How often the retention cleanup runs (also once at start-up): published outbox
     /// rows past --published-retention and expired COMPLETED idempotency keys.
-    #[arg(long, env = "RELAY_CLEANUP_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_CLEANUP_INTERVAL", default_value = "1m", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(86400)))]
     pub cleanup_interval: Duration,
 
     /// Address of the operations HTTP server: GET /metrics (Prometheus), /healthz,
@@ -154,18 +155,18 @@ pub struct RunArgs {
 
     /// How often the outbox backlog gauges (pending, oldest pending age, dead) are
     /// refreshed from the database.
-    #[arg(long, env = "RELAY_STATS_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_STATS_INTERVAL", default_value = "10s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]
     pub stats_interval: Duration,
 
     /// How often reconciliation runs (charges without an outbox row, committed
     /// STARTED idempotency keys); it scans the charges of the last
     /// --published-retention.
-    #[arg(long, env = "RELAY_RECONCILE_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_RECONCILE_INTERVAL", default_value = "5m", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(86400)))]
     pub reconcile_interval: Duration,
 
     /// A committed STARTED idempotency key older than this is reported by
     /// reconciliation (the one-transaction design never commits one).
-    #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = duration_at_least(Duration::from_secs(1)))]
     pub stale_started_after: Duration,
 
     /// Extra librdkafka producer setting, `key=value`; repeatable. Applied after the
@@ -200,6 +201,21 @@ impl Cli {
         use clap::CommandFactory;
         use clap::error::ErrorKind;
         let run = &self.run;
+        for (flag, value) in [
+            ("--backoff-max", run.backoff_max),
+            ("--broker-probe-max", run.broker_probe_max),
+        ] {
+            if value < run.backoff_base {
+                return Err(Cli::command().error(
+                    ErrorKind::ValueValidation,
+                    format!(
+                        "{flag} ({}) must not be shorter than --backoff-base ({}): the delays start there",
+                        humantime::format_duration(value),
+                        humantime::format_duration(run.backoff_base)
+                    ),
+                ));
+            }
+        }
         if run.ordering == Ordering::PerAggregate && run.message_key == Some(MessageKey::OutboxId) {
             return Err(Cli::command().error(
                 ErrorKind::ArgumentConflict,
@@ -229,6 +245,20 @@ pub enum DeadAction {
     Show {
         /// The outbox id (the message's `id` header).
         id: Uuid,
+    },
+    /// Delete dead rows whose event will never be published, keeping a copy (table
+    /// outbox_discarded, with who and when); prints one line per row. Asks before
+    /// deleting on a terminal; elsewhere needs --yes.
+    Discard {
+        /// The outbox ids; every one must be a dead row, or nothing is discarded.
+        #[arg(required = true)]
+        ids: Vec<Uuid>,
+        /// Who discards them, for the record (default: the USER environment variable).
+        #[arg(long, env = "USER", hide_env_values = true)]
+        by: Option<String>,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
     },
     /// Make dead rows pending again, with attempts and rejections reset to 0. Name the
     /// rows with exactly one of --id, --all, --unavailable or --last-error-like.

@@ -23,6 +23,7 @@ use charges_maintenance::{
     Reconciler,
 };
 use charges_runtime::ops::OpsServer;
+use charges_runtime::readiness::Health;
 use charges_store::{Pool, PoolSettings};
 use rdkafka::producer::Producer;
 use tokio::sync::{Notify, watch};
@@ -99,7 +100,13 @@ pub async fn run(
     )?);
     let metrics_handle = metrics::install()?;
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
-    let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle)?;
+    let health = Arc::new(Health::default());
+    let ops = OpsServer::start(
+        args.metrics_listen,
+        pool.clone(),
+        metrics_handle,
+        health.clone(),
+    )?;
     let signal = charges_runtime::shutdown_signal().map_err(RelayError::Signal)?;
     let (shutdown_tx, shutdown) = watch::channel(false);
     let wake = Arc::new(Notify::new());
@@ -110,7 +117,7 @@ pub async fn run(
         shutdown.clone(),
     )
     .await?;
-    let mut jobs = start_jobs(&pool, &args, shutdown.clone());
+    let mut jobs = start_jobs(&pool, &args, health.clone(), shutdown.clone());
     tracing::info!(
         metrics_addr = %ops.addr_text(),
         topic = %args.topic,
@@ -121,15 +128,15 @@ pub async fn run(
         publish_timeout = ?args.publish_timeout,
         "relay started"
     );
-    let health = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
+    let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
     let prober = tokio::spawn(broker::probe_outages(
-        health.clone(),
+        broker.clone(),
         producers.clone(),
         args.topic.clone(),
         args.publish_timeout,
         shutdown.clone(),
     ));
-    let relay = Arc::new(Relay::new(pool, producers, settings, health));
+    let relay = Arc::new(Relay::new(pool, producers, settings, broker, health));
     let mut loops = JoinSet::new();
     for _ in 0..args.concurrency {
         loops.spawn(batch_loop(
@@ -189,8 +196,13 @@ async fn connect(
 }
 
 /// The maintenance jobs this process runs next to the relay.
-fn start_jobs(pool: &Pool, args: &RunArgs, shutdown: watch::Receiver<bool>) -> JobRunner {
-    let mut jobs = JobRunner::new(pool.clone(), shutdown);
+fn start_jobs(
+    pool: &Pool,
+    args: &RunArgs,
+    health: Arc<Health>,
+    shutdown: watch::Receiver<bool>,
+) -> JobRunner {
+    let mut jobs = JobRunner::new(pool.clone(), health, shutdown);
     jobs.spawn(PublishedOutboxCleaner {
         interval: args.cleanup_interval,
         retention: args.published_retention,

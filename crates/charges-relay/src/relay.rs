@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use charges_runtime::readiness::Health;
 use charges_store::{OutboxStore, PendingEvent, Pool, PublishFailure, Transaction};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, watch};
@@ -69,6 +70,8 @@ pub struct Relay {
     producers: Arc<Producers>,
     settings: RelaySettings,
     health: Arc<BrokerHealth>,
+    /// The process's readiness: batches that keep failing make it not ready.
+    process: Arc<Health>,
 }
 
 impl Relay {
@@ -77,12 +80,14 @@ impl Relay {
         producers: Arc<Producers>,
         settings: RelaySettings,
         health: Arc<BrokerHealth>,
+        process: Arc<Health>,
     ) -> Relay {
         Relay {
             pool,
             producers,
             settings,
             health,
+            process,
         }
     }
 
@@ -248,6 +253,9 @@ impl Relay {
     }
 }
 
+/// The batch loops' name in `/readyz`.
+const BATCHES: &str = "relay batches";
+
 /// One of the `--concurrency` loops: batch after batch while batches come back full,
 /// otherwise wait for a notification, the poll interval or shutdown. Loops share the
 /// producer and the pool; `SKIP LOCKED` gives each batch disjoint rows, so while one
@@ -272,6 +280,7 @@ pub async fn batch_loop(
         let wait = match relay.run_batch().await {
             Ok(outcome) => {
                 consecutive_errors = 0;
+                relay.process.ok(BATCHES);
                 if outcome.claimed == relay.settings().batch_size as usize {
                     continue;
                 }
@@ -283,6 +292,9 @@ pub async fn batch_loop(
                     tracing::warn!(error = %error_chain(&e), "relay batch failed: database unavailable");
                 } else {
                     tracing::error!(error = %error_chain(&e), "relay batch failed");
+                    relay
+                        .process
+                        .failed(BATCHES, consecutive_errors, error_chain(&e));
                 }
                 // Back off while the failures last, up to ten poll intervals.
                 poll_interval * consecutive_errors.min(10)

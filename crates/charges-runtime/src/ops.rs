@@ -10,12 +10,15 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use charges_store::Pool;
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use std::sync::Arc;
+
 use crate::problem::PROBLEM_JSON;
-use crate::readiness;
+use crate::readiness::{self, Health};
 
 struct OpsState {
     pool: Pool,
     metrics: PrometheusHandle,
+    health: Arc<Health>,
 }
 
 /// A running operations server.
@@ -40,8 +43,13 @@ impl OpsServer {
         addr: SocketAddr,
         pool: Pool,
         metrics: PrometheusHandle,
+        health: Arc<Health>,
     ) -> Result<OpsServer, OpsBindError> {
-        let state = web::Data::new(OpsState { pool, metrics });
+        let state = web::Data::new(OpsState {
+            pool,
+            metrics,
+            health,
+        });
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
@@ -90,7 +98,11 @@ pub async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<OpsState>) -> HttpResponse {
-    match readiness::check_database(&state.pool).await {
+    let ready = match readiness::check_database(&state.pool).await {
+        Ok(()) => state.health.check(),
+        Err(not_ready) => Err(not_ready),
+    };
+    match ready {
         Ok(()) => HttpResponse::Ok()
             .content_type("text/plain")
             .body("ready\n"),

@@ -2,6 +2,8 @@
 //! version this build expects (a schema ahead is fine: migrations are additive, and
 //! during a rolling deploy the old pods must stay ready).
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use charges_store::Pool;
@@ -57,4 +59,56 @@ pub async fn check_database(pool: &Pool) -> Result<(), NotReady> {
 
 fn version_text(version: Option<i32>) -> String {
     version.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
+/// What a process knows about its own parts: the components (a maintenance job, the
+/// relay's batch loops) that keep failing for a reason other than an unreachable
+/// database. `/readyz` answers 503 naming them, so that a broken part is seen in
+/// `kubectl get pods`, not only in the logs.
+#[derive(Debug, Default)]
+pub struct Health {
+    failing: Mutex<BTreeMap<&'static str, String>>,
+}
+
+/// Consecutive failures after which a component counts as failing: one failure is a
+/// blip worth a log line, three in a row are a state.
+pub const FAILURES_BEFORE_NOT_READY: u32 = 3;
+
+impl Health {
+    /// `component` failed its `consecutive`-th time in a row with `reason`.
+    pub fn failed(&self, component: &'static str, consecutive: u32, reason: String) {
+        if consecutive < FAILURES_BEFORE_NOT_READY {
+            return;
+        }
+        if let Ok(mut failing) = self.failing.lock()
+            && failing.insert(component, reason.clone()).is_none()
+        {
+            tracing::error!(component, %reason, consecutive, "not ready: a component keeps failing");
+        }
+    }
+
+    /// `component` worked.
+    pub fn ok(&self, component: &'static str) {
+        if let Ok(mut failing) = self.failing.lock()
+            && failing.remove(component).is_some()
+        {
+            tracing::info!(component, "component works again");
+        }
+    }
+
+    /// `Err` naming every failing component.
+    pub fn check(&self) -> Result<(), NotReady> {
+        let failing = match self.failing.lock() {
+            Ok(failing) => failing,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if failing.is_empty() {
+            return Ok(());
+        }
+        let parts: Vec<String> = failing
+            .iter()
+            .map(|(component, reason)| format!("{component} keeps failing: {reason}"))
+            .collect();
+        Err(NotReady(parts.join("; ")))
+    }
 }

@@ -35,15 +35,21 @@ UPDATE charges SET refunded_cents = refunded_cents + $2, event_sequence = $3 WHE
 RETURNING refunded_cents";
 
 /// `ChargeCountWithoutOutbox`: reconciliation. Every charge is committed with its
-/// `ChargeCreated` outbox row, so this must be 0. Only charges younger than `$1`
-/// seconds are checked: the relay's retention deletes published outbox rows older
-/// than that, and a row is published after its charge was created, so within the
-/// window every outbox row still exists. Runs on `outbox_aggregate_sequence_idx`.
+/// `ChargeCreated` outbox row, so this must be 0. Checked: charges younger than `$1`
+/// seconds *and* created after `outbox_retention_horizon` — retention only ever deleted
+/// rows published by then, and an event is published after its charge is created, so
+/// these charges' rows cannot have been deleted by any retention any relay ran with. A
+/// `ChargeCreated` an operator discarded (`outbox_discarded`) counts as accounted for.
+/// Runs on `outbox_aggregate_sequence_idx` and `outbox_discarded_aggregate_idx`.
 const COUNT_WITHOUT_OUTBOX: &str = "
 SELECT count(*) AS without_outbox FROM charges c
  WHERE c.created_at > now() - $1::float8 * interval '1 second'
+   AND c.created_at > coalesce((SELECT deleted_published_through FROM outbox_retention_horizon),
+                               '-infinity')
    AND NOT EXISTS (SELECT 1 FROM outbox o
-                    WHERE o.aggregate_id = c.id AND o.event_type = $2)";
+                    WHERE o.aggregate_id = c.id AND o.event_type = $2)
+   AND NOT EXISTS (SELECT 1 FROM outbox_discarded d
+                    WHERE d.aggregate_id = c.id AND d.event_type = $2)";
 
 /// A charge's state as a refund sees it, under the row lock.
 #[derive(Debug, Clone, PartialEq, Eq)]

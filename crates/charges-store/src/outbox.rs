@@ -79,19 +79,45 @@ FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[], $5::bool[])
 WHERE o.id = f.id
   AND o.published_at IS NULL";
 
-/// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds.
-/// Pending and dead rows have `published_at IS NULL` and are never matched.
-/// By `ctid`, like `IdempotencyKeyDeleteExpired`: exactly the locked batch, whatever
-/// the planner thinks of the table's size.
+/// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds,
+/// and how far retention has now deleted (`outbox_retention_horizon`, which
+/// reconciliation reads). Pending and dead rows have `published_at IS NULL` and are
+/// never matched. By `ctid`, like `IdempotencyKeyDeleteExpired`: exactly the locked
+/// batch, whatever the planner thinks of the table's size.
 pub const DELETE_PUBLISHED: &str = "
-DELETE FROM outbox
-WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM outbox
-    WHERE published_at < now() - $1::float8 * interval '1 second'
-    ORDER BY published_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-))";
+WITH deleted AS (
+    DELETE FROM outbox
+    WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM outbox
+        WHERE published_at < now() - $1::float8 * interval '1 second'
+        ORDER BY published_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING published_at
+), horizon AS (
+    INSERT INTO outbox_retention_horizon AS h (deleted_published_through)
+    SELECT max(published_at) FROM deleted HAVING count(*) > 0
+    ON CONFLICT (singleton) DO UPDATE
+       SET deleted_published_through =
+           greatest(h.deleted_published_through, EXCLUDED.deleted_published_through)
+)
+SELECT count(*) AS deleted FROM deleted";
+
+/// `OutboxDiscardDeadMany`: moves the dead rows among `$1` to `outbox_discarded`,
+/// recording `$2` as who discarded them; returns their ids.
+const DISCARD_DEAD_MANY: &str = "
+WITH gone AS (
+    DELETE FROM outbox WHERE id = ANY($1) AND dead_at IS NOT NULL
+    RETURNING id, aggregate_id, event_type, sequence, payload, attempts, rejections,
+              last_error, created_at, dead_at
+)
+INSERT INTO outbox_discarded (id, aggregate_id, event_type, sequence, payload, attempts,
+                              rejections, last_error, created_at, dead_at, discarded_by)
+SELECT id, aggregate_id, event_type, sequence, payload, attempts, rejections, last_error,
+       created_at, dead_at, $2
+  FROM gone
+RETURNING id";
 
 /// `OutboxListDead`: `$2` NULL lists every dead row, else those whose `last_error`
 /// is `LIKE $2`.
@@ -326,9 +352,11 @@ impl OutboxStore {
         limit: i64,
     ) -> Result<u64, StoreError> {
         let statement = client.prepare_cached(DELETE_PUBLISHED).await?;
-        Ok(client
-            .execute(&statement, &[&older_than.as_secs_f64(), &limit])
-            .await?)
+        let row = client
+            .query_one(&statement, &[&older_than.as_secs_f64(), &limit])
+            .await?;
+        let deleted: i64 = row.try_get("deleted")?;
+        Ok(u64::try_from(deleted).unwrap_or_default())
     }
 
     /// Up to `limit` dead rows, oldest death first; with `last_error_like`, only those
@@ -353,6 +381,18 @@ impl OutboxStore {
         let statement = client.prepare_cached(GET_DEAD_MANY).await?;
         let rows = client.query(&statement, &[&ids]).await?;
         rows.iter().map(DeadEvent::from_row).collect()
+    }
+
+    /// Moves the dead rows among `ids` to `outbox_discarded` with `by` as who did it;
+    /// returns the ids it discarded.
+    pub async fn discard_dead(
+        client: &impl GenericClient,
+        ids: &[Uuid],
+        by: &str,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let statement = client.prepare_cached(DISCARD_DEAD_MANY).await?;
+        let rows = client.query(&statement, &[&ids, &by]).await?;
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
     /// Makes the dead rows among `ids` pending again with a fresh budget; returns the
