@@ -22,10 +22,10 @@ const DURATION_BUCKETS: &[f64] = &[
 
 /// Installs the process-wide recorder. Only the first call in a process succeeds.
 pub fn install() -> Result<PrometheusHandle, BuildError> {
-    let handle = charges_runtime::metrics::install(&[(
-        Matcher::Suffix("_seconds".to_owned()),
-        DURATION_BUCKETS,
-    )])?;
+    let handle = charges_runtime::metrics::install(
+        "charges-api",
+        &[(Matcher::Suffix("_seconds".to_owned()), DURATION_BUCKETS)],
+    )?;
     metrics::describe_counter!(
         IDEMPOTENCY_REQUESTS,
         "Requests with an Idempotency-Key, by endpoint (route pattern) and outcome"
@@ -52,5 +52,8 @@ pub fn request_finished(route: String, status: u16, elapsed: Duration) {
 pub async fn render(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(charges_runtime::metrics::CONTENT_TYPE)
-        .body(state.metrics.render())
+        .body(charges_runtime::metrics::render(
+            &state.metrics,
+            &state.pool,
+        ))
 }

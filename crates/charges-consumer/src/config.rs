@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use charges_runtime::cli::duration_within;
+use charges_runtime::cli::{KafkaConfigArgs, duration_within};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Reads charges.events with a consumer group and applies each event once: the event id
@@ -41,8 +41,17 @@ impl Cli {
         use clap::{CommandFactory, FromArgMatches};
         let command = Cli::command();
         let matches = command.clone().try_get_matches_from(args)?;
-        let cli = Cli::from_arg_matches(&matches)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
         charges_runtime::cli::reject_loop_flags_with_subcommand::<RunArgs>(&command, &matches)?;
+        let kafka = match &mut cli.command {
+            Some(Command::Tail(tail)) => &mut tail.kafka,
+            None => &mut cli.run.kafka,
+        };
+        kafka.resolve().map_err(|e| {
+            command
+                .clone()
+                .error(clap::error::ErrorKind::ValueValidation, e)
+        })?;
         Ok(cli)
     }
 }
@@ -113,12 +122,12 @@ pub struct RunArgs {
     #[arg(long, env = "CONSUMER_COMMIT_INTERVAL", default_value = "0s", value_parser = duration_within(Duration::ZERO, Duration::from_secs(3600)))]
     pub commit_interval: Duration,
 
-    /// Extra librdkafka consumer setting, `key=value`; repeatable. Applied after the
-    /// consumer's own settings, so it can override them (e.g. session.timeout.ms,
-    /// security.protocol=SSL). enable.auto.commit cannot be turned back on usefully: the
-    /// consumer stores offsets itself.
-    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
-    pub kafka_config: Vec<(String, String)>,
+    /// librdkafka consumer settings, applied after the consumer's own, so they can
+    /// override them (e.g. session.timeout.ms, security.protocol=SSL).
+    /// enable.auto.commit cannot be turned back on usefully: the consumer stores offsets
+    /// itself.
+    #[command(flatten)]
+    pub kafka: KafkaConfigArgs,
 
     /// Whether to check each charge's event order (see the relay's --ordering).
     #[arg(
@@ -156,6 +165,10 @@ pub struct TailArgs {
     /// Start at each partition's first message (otherwise at its end).
     #[arg(long)]
     pub from_beginning: bool,
+
+    /// librdkafka consumer settings for reading a secured cluster (TLS, SASL).
+    #[command(flatten)]
+    pub kafka: KafkaConfigArgs,
 
     /// Exit after this long without a new message.
     #[arg(long, default_value = "2s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]

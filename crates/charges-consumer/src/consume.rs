@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use charges_runtime::DatabaseArgs;
 use deadpool_postgres::Pool;
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, ClientContext, Statistics};
 use tokio::time::Instant;
 
 use charges_runtime::ops::OpsServer;
@@ -20,17 +20,40 @@ use crate::event::{Event, decode};
 use crate::inbox::Source;
 use crate::{ConsumerError, error_chain, metrics, migrations};
 
+/// Exports each assigned partition's lag from librdkafka's statistics (emitted every
+/// `statistics.interval.ms`).
+pub struct LagReporter;
+
+impl ClientContext for LagReporter {
+    fn stats(&self, statistics: Statistics) {
+        for topic in statistics.topics.values() {
+            for (partition, stats) in &topic.partitions {
+                // -1: not assigned to this member, or no position yet.
+                if *partition >= 0 && stats.consumer_lag >= 0 {
+                    metrics::lag(*partition, stats.consumer_lag);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for LagReporter {}
+
+/// The consumer this loop reads with.
+type LedgerConsumer = StreamConsumer<LagReporter>;
+
 fn consumer_config(args: &RunArgs) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &args.kafka_brokers)
         .set("group.id", &args.group_id)
         .set("client.id", "charges-consumer")
+        .set("statistics.interval.ms", "5000")
         // Offsets are ours to commit, and only after the database commit.
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", args.offset_reset.as_str());
-    for (key, value) in &args.kafka_config {
+    for (key, value) in &args.kafka.resolved {
         config.set(key, value);
     }
     config
@@ -39,7 +62,7 @@ fn consumer_config(args: &RunArgs) -> ClientConfig {
 /// Commits the stored offsets. "Nothing stored" is not an error; any other failure is
 /// only logged: the next commit covers the same offsets, and until then a crash costs
 /// redeliveries, which the inbox absorbs.
-fn commit(consumer: &StreamConsumer, mode: CommitMode) {
+fn commit(consumer: &LedgerConsumer, mode: CommitMode) {
     match consumer.commit_consumer_state(mode) {
         Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
         Err(e) => {
@@ -62,7 +85,8 @@ pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerE
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
     let health = std::sync::Arc::new(charges_runtime::readiness::Health::default());
     let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle, health)?;
-    let consumer: StreamConsumer = consumer_config(&args).create()?;
+    let consumer: StreamConsumer<LagReporter> =
+        consumer_config(&args).create_with_context(LagReporter)?;
     consumer.subscribe(&[args.topic.as_str()])?;
     let signal = charges_runtime::shutdown_signal().map_err(ConsumerError::Signal)?;
     tracing::info!(
@@ -85,7 +109,7 @@ pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerE
 /// stored offsets every `--commit-interval`.
 async fn consume(
     pool: &Pool,
-    consumer: &StreamConsumer,
+    consumer: &LedgerConsumer,
     args: &RunArgs,
     signal: impl Future<Output = &'static str>,
 ) -> Result<(), ConsumerError> {

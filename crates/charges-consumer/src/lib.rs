@@ -56,8 +56,12 @@ use crate::config::{Cli, Command};
 /// the values of secret `--kafka-config` settings (`sasl.password`, …).
 pub fn secrets(cli: &Cli) -> Vec<String> {
     let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
+    let kafka = match &cli.command {
+        Some(Command::Tail(tail)) => &tail.kafka,
+        None => &cli.run.kafka,
+    };
     secrets.extend(charges_runtime::secrets::kafka_config_secrets(
-        &cli.run.kafka_config,
+        &kafka.resolved,
     ));
     secrets
 }

@@ -10,9 +10,13 @@ pub const EVENTS: &str = "charges_consumer_events_total";
 /// per-aggregate`).
 pub const OUT_OF_ORDER: &str = "charges_consumer_out_of_order_total";
 
+/// Gauge: messages between this member's position and the end of each partition it
+/// is assigned, by `partition` (from librdkafka's statistics, every 5 s).
+pub const LAG: &str = "charges_consumer_lag_messages";
+
 /// Installs the process-wide recorder and describes the metrics.
 pub fn install() -> Result<PrometheusHandle, BuildError> {
-    let handle = charges_runtime::metrics::install(&[])?;
+    let handle = charges_runtime::metrics::install("charges-consumer", &[])?;
     metrics::describe_counter!(EVENTS, "Messages handled, by outcome");
     metrics::describe_counter!(
         OUT_OF_ORDER,
@@ -22,6 +26,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         metrics::counter!(EVENTS, "outcome" => outcome).increment(0);
     }
     metrics::counter!(OUT_OF_ORDER).increment(0);
+    metrics::describe_gauge!(LAG, "Messages behind the end of each assigned partition");
     Ok(handle)
 }
 
@@ -31,4 +36,8 @@ pub fn event(outcome: &'static str) {
 
 pub fn out_of_order() {
     metrics::counter!(OUT_OF_ORDER).increment(1);
+}
+
+pub fn lag(partition: i32, messages: i64) {
+    metrics::gauge!(LAG, "partition" => partition.to_string()).set(messages as f64);
 }

@@ -19,7 +19,8 @@ pub async fn tail(args: TailArgs) -> Result<(), ConsumerError> {
 }
 
 fn tail_blocking(args: &TailArgs) -> Result<(), ConsumerError> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", &args.kafka_brokers)
         // A group id of its own that never commits: tail reads, it never moves a group.
         .set(
@@ -27,8 +28,11 @@ fn tail_blocking(args: &TailArgs) -> Result<(), ConsumerError> {
             format!("charges-consumer-tail-{}", Uuid::new_v4().simple()),
         )
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()?;
+        .set("enable.partition.eof", "false");
+    for (key, value) in &args.kafka.resolved {
+        config.set(key, value);
+    }
+    let consumer: BaseConsumer = config.create()?;
     let metadata = consumer.fetch_metadata(Some(&args.topic), Duration::from_secs(10))?;
     let start = if args.from_beginning {
         Offset::Beginning

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use charges_runtime::cli::{duration_at_least, duration_within};
+use charges_runtime::cli::{KafkaConfigArgs, duration_at_least, duration_within};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
@@ -169,11 +169,11 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = duration_at_least(Duration::from_secs(1)))]
     pub stale_started_after: Duration,
 
-    /// Extra librdkafka producer setting, `key=value`; repeatable. Applied after the
-    /// relay's own settings (bootstrap.servers, enable.idempotence=true, acks=all,
-    /// message.timeout.ms), so it can override them; e.g. security.protocol=SSL.
-    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = charges_runtime::parse_key_value)]
-    pub kafka_config: Vec<(String, String)>,
+    /// librdkafka producer settings, applied after the relay's own
+    /// (bootstrap.servers, enable.idempotence=true, acks=all, message.timeout.ms), so they
+    /// can override them; e.g. security.protocol=SSL.
+    #[command(flatten)]
+    pub kafka: KafkaConfigArgs,
 
     /// Apply pending database migrations before starting.
     #[arg(long, env = "RELAY_MIGRATE")]
@@ -191,9 +191,14 @@ impl Cli {
         use clap::{CommandFactory, FromArgMatches};
         let command = Cli::command();
         let matches = command.clone().try_get_matches_from(args)?;
-        let cli = Cli::from_arg_matches(&matches)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
         charges_runtime::cli::reject_loop_flags_with_subcommand::<RunArgs>(&command, &matches)?;
         cli.validate()?;
+        cli.run.kafka.resolve().map_err(|e| {
+            command
+                .clone()
+                .error(clap::error::ErrorKind::ValueValidation, e)
+        })?;
         Ok(cli)
     }
 
@@ -309,9 +314,9 @@ mod tests {
             "linger.ms=1",
         ])
         .unwrap();
-        assert_eq!(cli.run.kafka_config.len(), 2);
+        assert_eq!(cli.run.kafka.kafka_config.len(), 2);
         assert_eq!(
-            cli.run.kafka_config[0],
+            cli.run.kafka.kafka_config[0],
             ("message.max.bytes".into(), "2000".into())
         );
     }

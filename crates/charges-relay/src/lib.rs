@@ -42,7 +42,7 @@ use crate::relay::{Relay, RelaySettings, batch_loop};
 pub fn secrets(cli: &Cli) -> Vec<String> {
     let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
     secrets.extend(charges_runtime::secrets::kafka_config_secrets(
-        &cli.run.kafka_config,
+        &cli.run.kafka.resolved,
     ));
     secrets
 }
@@ -96,7 +96,7 @@ pub async fn run(
     let producers = Arc::new(publish::Producers::new(
         &args.kafka_brokers,
         args.publish_timeout,
-        &args.kafka_config,
+        &args.kafka.resolved,
     )?);
     let metrics_handle = metrics::install()?;
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));

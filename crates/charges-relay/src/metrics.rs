@@ -38,7 +38,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         (Matcher::Full(DELIVERY_LAG.to_owned()), LAG_BUCKETS),
     ];
     buckets.extend(charges_maintenance::metrics::buckets());
-    let handle = charges_runtime::metrics::install(&buckets)?;
+    let handle = charges_runtime::metrics::install("charges-relay", &buckets)?;
     charges_maintenance::metrics::describe();
     metrics::describe_counter!(PUBLISHED, "Outbox rows acknowledged and marked published");
     metrics::describe_counter!(PUBLISH_ERRORS, "Failed publish attempts");

@@ -79,3 +79,85 @@ mod tests {
         assert!(parse("soon").is_err());
     }
 }
+
+/// librdkafka settings, from three places, later ones winning: the file
+/// (`--kafka-config-file`, e.g. a mounted Secret), the `KAFKA_CONFIG` environment
+/// variable (one `KEY=VALUE` per line, e.g. from a Secret), then `--kafka-config` flags.
+/// Secrets (passwords, keys) belong in the first two: a command line is visible to
+/// `ps` and in a pod spec.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KafkaConfigArgs {
+    /// librdkafka setting, `KEY=VALUE`; repeatable; applied last, so it overrides the
+    /// file and KAFKA_CONFIG. Visible to `ps`: keep secrets in --kafka-config-file or
+    /// the KAFKA_CONFIG environment variable (one KEY=VALUE per line).
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE", value_parser = crate::parse_key_value)]
+    pub kafka_config: Vec<(String, String)>,
+    /// File of librdkafka settings, one KEY=VALUE per line, `#` comments (e.g. a mounted
+    /// Kubernetes Secret holding sasl.password).
+    #[arg(long, env = "KAFKA_CONFIG_FILE", value_name = "PATH")]
+    pub kafka_config_file: Option<std::path::PathBuf>,
+    /// Every setting from the three sources, resolved by [`KafkaConfigArgs::resolve`].
+    #[arg(skip)]
+    pub resolved: Vec<(String, String)>,
+}
+
+/// The environment variable of settings, one `KEY=VALUE` per line.
+pub const KAFKA_CONFIG_ENV: &str = "KAFKA_CONFIG";
+
+impl KafkaConfigArgs {
+    /// Reads the file and the environment and fills [`KafkaConfigArgs::resolved`]. An
+    /// unreadable file or a line that is not `KEY=VALUE` is an error naming where
+    /// (never the value: it may be a secret).
+    pub fn resolve(&mut self) -> Result<(), String> {
+        let mut settings = Vec::new();
+        if let Some(path) = &self.kafka_config_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--kafka-config-file {}: {e}", path.display()))?;
+            settings.extend(parse_lines(&text, &path.display().to_string())?);
+        }
+        if let Some(text) = std::env::var_os(KAFKA_CONFIG_ENV) {
+            let text = text
+                .into_string()
+                .map_err(|_| format!("{KAFKA_CONFIG_ENV} is not valid UTF-8"))?;
+            settings.extend(parse_lines(&text, KAFKA_CONFIG_ENV)?);
+        }
+        settings.extend(self.kafka_config.iter().cloned());
+        self.resolved = settings;
+        Ok(())
+    }
+}
+
+fn parse_lines(text: &str, source: &str) -> Result<Vec<(String, String)>, String> {
+    text.lines()
+        .enumerate()
+        .map(|(n, line)| (n + 1, line.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+        .map(|(n, line)| {
+            crate::parse_key_value(line)
+                .map_err(|_| format!("{source}, line {n}: expected KEY=VALUE"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod kafka_config_tests {
+    use super::*;
+
+    #[test]
+    fn lines_with_comments_and_a_named_error() {
+        let parsed = parse_lines(
+            "# tls\nsecurity.protocol=SSL\n\n  sasl.password = a=b\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            parsed,
+            vec![
+                ("security.protocol".into(), "SSL".into()),
+                ("sasl.password".into(), " a=b".into())
+            ]
+        );
+        let error = parse_lines("ok=1\nsecret-without-equals\n", "f").unwrap_err();
+        assert_eq!(error, "f, line 2: expected KEY=VALUE");
+    }
+}

@@ -88,7 +88,7 @@ impl OpsServer {
 async fn render(state: web::Data<OpsState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(crate::metrics::CONTENT_TYPE)
-        .body(state.metrics.render())
+        .body(crate::metrics::render(&state.metrics, &state.pool))
 }
 
 /// Liveness: the process answers. Nothing outside it (database, broker) can make it

@@ -12,11 +12,15 @@
 
 use std::io::ErrorKind;
 
+/// Counter incremented whenever a wait for a pooled connection times out (exported by
+/// every binary as `charges_db_pool_timeouts_total`).
+pub const POOL_TIMEOUTS_METRIC: &str = "charges_db_pool_timeouts_total";
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no database connection could be obtained")]
-    Pool(#[from] deadpool_postgres::PoolError),
+    Pool(deadpool_postgres::PoolError),
     #[error("database statement failed")]
     Database(#[from] tokio_postgres::Error),
     #[error("applying migrations failed")]
@@ -41,6 +45,15 @@ pub enum StoreError {
     Tls(#[from] openssl::error::ErrorStack),
     #[error("the database CA file {0} could not be loaded")]
     TlsCaFile(std::path::PathBuf, #[source] openssl::error::ErrorStack),
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        if matches!(error, deadpool_postgres::PoolError::Timeout(_)) {
+            metrics::counter!(POOL_TIMEOUTS_METRIC).increment(1);
+        }
+        StoreError::Pool(error)
+    }
 }
 
 /// SQLSTATEs that mean "try again later", not "this request is wrong".

@@ -32,7 +32,7 @@ mod tls;
 
 pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};
-pub use error::StoreError;
+pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
 pub use idempotency_keys::{
     IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
 };
