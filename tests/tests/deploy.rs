@@ -610,3 +610,70 @@ fn the_dockerfile_builds_every_binary_into_a_slim_non_root_image() {
         }
     }
 }
+
+/// The one document of `deploy/k8s/<file>`.
+fn k8s(file: &str) -> Value {
+    documents(&repo().join("deploy/k8s").join(file)).remove(0)
+}
+
+fn number(value: &Value, what: &str) -> u64 {
+    value
+        .as_u64()
+        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("{what} is not a number: {value}"))
+}
+
+/// Every connection the deployment can open at once fits in Postgres's default
+/// `max_connections`, with the rollout surge, the migrate Job and room for the
+/// superuser and operators (the budget is written out in configmap.yaml).
+#[test]
+fn connection_budget_fits_max_connections() {
+    const MAX_CONNECTIONS: u64 = 100;
+    const RESERVED_AND_OPERATORS: u64 = 3 + 5;
+    const MIGRATE: u64 = 2;
+    // charges-relay's pool (`connect` in crates/charges-relay/src/lib.rs): one
+    // connection per batch loop + 4 (jobs, probes), plus its LISTEN session.
+    const RELAY_EXTRA: u64 = 4 + 1;
+    let config = &k8s("configmap.yaml")["data"];
+    let pool = number(&config["DB_POOL_SIZE"], "DB_POOL_SIZE");
+    let concurrency = number(&config["RELAY_CONCURRENCY"], "RELAY_CONCURRENCY");
+    let api_max = number(&k8s("api-hpa.yaml")["spec"]["maxReplicas"], "maxReplicas");
+    let api = k8s("api-deployment.yaml");
+    let api_surge = number(
+        &api["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+        "API maxSurge",
+    );
+    let relay = k8s("relay-deployment.yaml");
+    let relays = number(&relay["spec"]["replicas"], "relay replicas");
+    // A Deployment without a strategy surges by 25 %, rounded up.
+    let relay_surge = relays.div_ceil(4);
+    let total = (api_max + api_surge) * pool
+        + (relays + relay_surge) * (concurrency + RELAY_EXTRA)
+        + MIGRATE
+        + RESERVED_AND_OPERATORS;
+    assert!(
+        total <= MAX_CONNECTIONS,
+        "the deployment can open {total} connections, over max_connections {MAX_CONNECTIONS}"
+    );
+}
+
+/// A Job's pod template is immutable: applying a new release with the old Job name
+/// fails. The migrate Job is named after the image tag it runs.
+#[test]
+fn the_migrate_job_is_named_after_the_release() {
+    let kustomization = k8s("kustomization.yaml");
+    let tag = kustomization["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|image| image["name"] == "charges")
+        .and_then(|image| image["newTag"].as_str())
+        .expect("the charges image's newTag");
+    let job = k8s("migrate-job.yaml");
+    assert_eq!(job["kind"], "Job");
+    assert_eq!(
+        job["metadata"]["name"],
+        format!("charges-migrate-{}", tag.replace('.', "-")),
+        "rename the migrate Job with the release (deploy/k8s/migrate-job.yaml)"
+    );
+}

@@ -857,3 +857,100 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         "the SASL password reached the logs"
     );
 }
+
+/// A passphrase-protected client key for Kafka TLS, in `dir`: the key (encrypted with
+/// `passphrase`) and its self-signed certificate.
+fn encrypted_client_key(dir: &std::path::Path, passphrase: &str) -> (String, String) {
+    let key = dir.join("client.key").display().to_string();
+    let cert = dir.join("client.crt").display().to_string();
+    let pass = format!("pass:{passphrase}");
+    for args in [
+        vec!["genrsa", "-aes256", "-passout", &pass, "-out", &key, "2048"],
+        vec![
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            &key,
+            "-passin",
+            &pass,
+            "-subj",
+            "/CN=relay",
+            "-days",
+            "1",
+            "-out",
+            &cert,
+        ],
+    ] {
+        let status = std::process::Command::new("openssl")
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl {args:?}");
+    }
+    (key, cert)
+}
+
+/// Kafka secrets never need the command line: the key's passphrase comes from
+/// `--kafka-config-file` (the relay) or `KAFKA_CONFIG` (the relay and `tail`), and it
+/// really reaches librdkafka — the encrypted key only loads with it (a wrong one stops
+/// the producer at creation) — while `ps`, the logs and `--help` never show it.
+#[tokio::test]
+async fn kafka_secrets_come_from_a_file_or_the_environment_and_stay_hidden() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let dir = std::env::temp_dir().join(format!("charges-kafka-tls-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let passphrase = "key-passphrase-7c1e9a";
+    let (key, cert) = encrypted_client_key(&dir, passphrase);
+    let settings = |pass: &str| {
+        format!(
+            "# TLS client key for the relay\nsecurity.protocol=SSL\nssl.key.location={key}\n\
+             ssl.certificate.location={cert}\nssl.key.password={pass}\n"
+        )
+    };
+    let file = dir.join("kafka.conf");
+    std::fs::write(&file, settings(passphrase)).unwrap();
+    let file_arg = file.display().to_string();
+
+    let (relay, _) = start_relay(&db, &kafka, &["--kafka-config-file", &file_arg]).await;
+    let ps = std::process::Command::new("ps")
+        .args(["-o", "args=", "-p", &relay.pid().to_string()])
+        .output()
+        .expect("run ps");
+    let command_line = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        command_line.contains("--kafka-config-file"),
+        "{command_line}"
+    );
+    assert_hidden(&command_line, &[passphrase], "ps");
+    assert_hidden(&relay.output_text(), &[passphrase], "the relay's logs");
+    drop(relay);
+
+    // The same settings from the environment, with a wrong passphrase: the key does not
+    // load, so the passphrase is what librdkafka used.
+    let wrong = "wrong-passphrase-2b8d";
+    for (name, args) in [
+        ("charges-relay", vec!["--metrics-listen", "127.0.0.1:0"]),
+        ("charges-consumer", vec!["tail", "--until-idle", "1s"]),
+    ] {
+        let envs = [
+            ("DATABASE_URL", db.url.as_str()),
+            ("KAFKA_BROKERS", kafka.bootstrap.as_str()),
+            ("KAFKA_CONFIG", &settings(wrong)),
+        ];
+        let (ok, output) = run(name, &args, &envs);
+        assert!(!ok, "{name} started with a wrong key passphrase:\n{output}");
+        assert!(output.contains("ssl.key.location"), "{name}:\n{output}");
+        assert_hidden(&output, &[wrong, passphrase], name);
+        let (_, help) = run(name, &["--help"], &envs);
+        assert!(
+            help.contains("KAFKA_CONFIG"),
+            "{name} --help documents KAFKA_CONFIG"
+        );
+        assert_hidden(&help, &[wrong], "--help");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

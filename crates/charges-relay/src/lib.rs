@@ -98,28 +98,19 @@ pub async fn run(
         args.publish_timeout,
         &args.kafka.resolved,
     )?);
-    let metrics_handle = metrics::install()?;
-    let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
-    let health = Arc::new(Health::default());
-    let ops = OpsServer::start(
-        args.metrics_listen,
-        pool.clone(),
-        metrics_handle,
-        health.clone(),
-    )?;
-    let signal = charges_runtime::shutdown_signal().map_err(RelayError::Signal)?;
+    let ops = Operations::start(&args, &pool)?;
+    let mut signal = Box::pin(charges_runtime::shutdown_signal().map_err(RelayError::Signal)?);
+    // A relay deployed before its migration ran would fail every batch: it waits,
+    // unready (/readyz says why), until the schema is there.
+    if !charges_runtime::readiness::wait_for_schema(&pool, &mut signal).await {
+        ops.stop().await;
+        return Ok(());
+    }
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let wake = Arc::new(Notify::new());
-    let listener = listener::start(
-        &database.database_url,
-        &database.tls(),
-        wake.clone(),
-        shutdown.clone(),
-    )
-    .await?;
-    let mut jobs = start_jobs(&pool, &args, health.clone(), shutdown.clone());
+    let mut workers =
+        Workers::start(database, &args, pool, producers, &ops.health, shutdown).await?;
     tracing::info!(
-        metrics_addr = %ops.addr_text(),
+        metrics_addr = %ops.server.addr_text(),
         topic = %args.topic,
         brokers = %args.kafka_brokers,
         batch_size = args.batch_size,
@@ -128,51 +119,145 @@ pub async fn run(
         publish_timeout = ?args.publish_timeout,
         "relay started"
     );
-    let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
-    let prober = tokio::spawn(broker::probe_outages(
-        broker.clone(),
-        producers.clone(),
-        args.topic.clone(),
-        args.publish_timeout,
-        shutdown.clone(),
-    ));
-    let relay = Arc::new(Relay::new(pool, producers, settings, broker, health));
-    let mut loops = JoinSet::new();
-    for _ in 0..args.concurrency {
-        loops.spawn(batch_loop(
-            relay.clone(),
-            wake.clone(),
-            shutdown.clone(),
-            args.poll_interval,
-        ));
-    }
     let failure = tokio::select! {
-        name = signal => {
+        name = &mut signal => {
             tracing::info!(signal = name, "shutting down: finishing the in-flight batches");
             None
         }
-        failed = jobs.failed() => Some(RelayError::from(failed)),
-        ended = loops.join_next() => Some(RelayError::BatchLoop(match ended {
-            Some(Err(e)) => e.to_string(),
-            _ => "it returned before shutdown".to_owned(),
-        })),
+        failure = workers.failure() => Some(failure),
     };
     let _ = shutdown_tx.send(true);
-    while loops.join_next().await.is_some() {}
-    jobs.join().await;
-    if let Err(e) = relay.producers().current().flush(args.publish_timeout) {
-        tracing::warn!(error = %e, "producer flush incomplete");
-    }
-    listener.abort();
-    prober.abort();
+    workers.drain(args.publish_timeout).await;
     ops.stop().await;
-    upkeep.abort();
     match failure {
         None => {
             tracing::info!("relay stopped");
             Ok(())
         }
         Some(error) => Err(error),
+    }
+}
+
+/// The metrics recorder, the operations port and what it reports as readiness.
+struct Operations {
+    server: OpsServer,
+    upkeep: tokio::task::JoinHandle<()>,
+    health: Arc<Health>,
+}
+
+impl Operations {
+    fn start(args: &RunArgs, pool: &Pool) -> Result<Operations, RelayError> {
+        let metrics_handle = metrics::install()?;
+        let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
+        let health = Arc::new(Health::default());
+        let server = OpsServer::start(
+            args.metrics_listen,
+            pool.clone(),
+            metrics_handle,
+            health.clone(),
+        )?;
+        tracing::info!(metrics_addr = %server.addr_text(), "operations port listening");
+        Ok(Operations {
+            server,
+            upkeep,
+            health,
+        })
+    }
+
+    async fn stop(self) {
+        self.server.stop().await;
+        self.upkeep.abort();
+    }
+}
+
+/// Everything that works until shutdown: the batch loops, the LISTEN session, the
+/// broker probe and the maintenance jobs.
+struct Workers {
+    relay: Arc<Relay>,
+    loops: JoinSet<()>,
+    jobs: JobRunner,
+    listener: tokio::task::JoinHandle<()>,
+    prober: tokio::task::JoinHandle<()>,
+}
+
+impl Workers {
+    async fn start(
+        database: &charges_runtime::DatabaseArgs,
+        args: &RunArgs,
+        pool: Pool,
+        producers: Arc<publish::Producers>,
+        health: &Arc<Health>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Workers, RelayError> {
+        let wake = Arc::new(Notify::new());
+        let listener = listener::start(
+            &database.database_url,
+            &database.tls(),
+            wake.clone(),
+            shutdown.clone(),
+        )
+        .await?;
+        let jobs = start_jobs(&pool, args, health.clone(), shutdown.clone());
+        let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
+        let prober = tokio::spawn(broker::probe_outages(
+            broker.clone(),
+            producers.clone(),
+            args.topic.clone(),
+            args.publish_timeout,
+            shutdown.clone(),
+        ));
+        let relay = Arc::new(Relay::new(
+            pool,
+            producers,
+            args.relay_settings(),
+            broker,
+            health.clone(),
+        ));
+        let mut loops = JoinSet::new();
+        for _ in 0..args.concurrency {
+            loops.spawn(batch_loop(
+                relay.clone(),
+                wake.clone(),
+                shutdown.clone(),
+                args.poll_interval,
+            ));
+        }
+        Ok(Workers {
+            relay,
+            loops,
+            jobs,
+            listener,
+            prober,
+        })
+    }
+
+    /// Resolves when a job or a batch loop stops before shutdown.
+    async fn failure(&mut self) -> RelayError {
+        tokio::select! {
+            failed = self.jobs.failed() => RelayError::from(failed),
+            ended = self.loops.join_next() => RelayError::BatchLoop(match ended {
+                Some(Err(e)) => e.to_string(),
+                _ => "it returned before shutdown".to_owned(),
+            }),
+        }
+    }
+
+    /// After shutdown was signalled: lets the batches in flight finish, then flushes.
+    async fn drain(self, flush_timeout: Duration) {
+        let Workers {
+            relay,
+            mut loops,
+            jobs,
+            listener,
+            prober,
+        } = self;
+        while loops.join_next().await.is_some() {}
+        jobs.join().await;
+        if let Err(e) = relay.producers().current().flush(flush_timeout) {
+            tracing::warn!(error = %e, "producer flush incomplete");
+        }
+        listener.abort();
+        prober.abort();
     }
 }
 

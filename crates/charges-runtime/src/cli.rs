@@ -82,7 +82,8 @@ mod tests {
 
 /// librdkafka settings, from three places, later ones winning: the file
 /// (`--kafka-config-file`, e.g. a mounted Secret), the `KAFKA_CONFIG` environment
-/// variable (one `KEY=VALUE` per line, e.g. from a Secret), then `--kafka-config` flags.
+/// variable (`--kafka-config-lines`: one `KEY=VALUE` per line, e.g. from a Secret), then
+/// `--kafka-config` flags.
 /// Secrets (passwords, keys) belong in the first two: a command line is visible to
 /// `ps` and in a pod spec.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -96,6 +97,11 @@ pub struct KafkaConfigArgs {
     /// Kubernetes Secret holding sasl.password).
     #[arg(long, env = "KAFKA_CONFIG_FILE", value_name = "PATH")]
     pub kafka_config_file: Option<std::path::PathBuf>,
+    /// librdkafka settings as one text, one KEY=VALUE per line: meant for the environment
+    /// variable (e.g. from a Kubernetes Secret), since a command line is visible to `ps`.
+    /// Applied after --kafka-config-file. Never logged.
+    #[arg(long, env = KAFKA_CONFIG_ENV, value_name = "LINES", hide_env_values = true)]
+    pub kafka_config_lines: Option<String>,
     /// Every setting from the three sources, resolved by [`KafkaConfigArgs::resolve`].
     #[arg(skip)]
     pub resolved: Vec<(String, String)>,
@@ -115,11 +121,8 @@ impl KafkaConfigArgs {
                 .map_err(|e| format!("--kafka-config-file {}: {e}", path.display()))?;
             settings.extend(parse_lines(&text, &path.display().to_string())?);
         }
-        if let Some(text) = std::env::var_os(KAFKA_CONFIG_ENV) {
-            let text = text
-                .into_string()
-                .map_err(|_| format!("{KAFKA_CONFIG_ENV} is not valid UTF-8"))?;
-            settings.extend(parse_lines(&text, KAFKA_CONFIG_ENV)?);
+        if let Some(text) = &self.kafka_config_lines {
+            settings.extend(parse_lines(text, "--kafka-config-lines / KAFKA_CONFIG")?);
         }
         settings.extend(self.kafka_config.iter().cloned());
         self.resolved = settings;

@@ -57,6 +57,36 @@ pub async fn check_database(pool: &Pool) -> Result<(), NotReady> {
     }
 }
 
+/// Polls the schema every few seconds until it is at least this build's version, logging
+/// once while it waits. `false` if `stop` (a shutdown signal) resolved first.
+pub async fn wait_for_schema(pool: &Pool, stop: &mut (impl Future + Unpin)) -> bool {
+    let mut logged = false;
+    loop {
+        match migrations::status(pool).await {
+            Ok(SchemaStatus::Current { .. }) => return true,
+            Ok(SchemaStatus::Behind { current, expected }) if !logged => {
+                tracing::warn!(
+                    ?current,
+                    ?expected,
+                    "waiting for the database schema: run the migrations"
+                );
+                logged = true;
+            }
+            Ok(SchemaStatus::Behind { .. }) => {}
+            Err(error) => {
+                tracing::warn!(error = %crate::error_chain(&error), "waiting for the database");
+            }
+        }
+        tokio::select! {
+            _ = &mut *stop => return false,
+            () = tokio::time::sleep(SCHEMA_POLL) => {}
+        }
+    }
+}
+
+/// How often a process waiting for its schema looks again.
+const SCHEMA_POLL: Duration = Duration::from_secs(2);
+
 fn version_text(version: Option<i32>) -> String {
     version.map_or_else(|| "none".to_owned(), |v| v.to_string())
 }

@@ -1,0 +1,274 @@
+//! The maintenance jobs and readiness, as an operator relies on them: a job that keeps
+//! failing makes the relay unready and says why; reconciliation never raises a false
+//! alarm because of retention, whatever retention ran before, nor for an event an
+//! operator discarded; a relay deployed before its migration waits, unready, instead
+//! of failing batch after batch.
+
+use charges_tests::kafka::TestKafka;
+use charges_tests::metrics::{sample, scrape_until};
+use charges_tests::outbox::{count_outbox, insert_pending};
+use charges_tests::{Process, TestDb, log_field, poll_until, relay_command, start_relay};
+use reqwest::StatusCode;
+
+/// Polls `GET url` until it answers `status`; returns the body.
+async fn wait_for_status(url: &str, status: StatusCode, what: &str) -> String {
+    let http = reqwest::Client::new();
+    poll_until(what, async || {
+        let response = http.get(url).send().await.ok()?;
+        (response.status() == status).then_some(())?;
+        response.text().await.ok()
+    })
+    .await
+}
+
+fn readyz(metrics_url: &str) -> String {
+    metrics_url.replace("/metrics", "/readyz")
+}
+
+/// A job that keeps failing for a reason other than an unreachable database (here: its
+/// table was renamed away, as a missing grant or a botched migration would) turns
+/// `/readyz` 503 naming the job, logs why, and the relay is ready again once the job
+/// works again.
+#[tokio::test]
+async fn a_maintenance_job_that_keeps_failing_makes_the_relay_unready() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let (relay, metrics) = start_relay(&db, &kafka, &["--cleanup-interval", "100ms"]).await;
+    let ready = readyz(&metrics);
+    wait_for_status(&ready, StatusCode::OK, "the relay is ready").await;
+
+    db.client()
+        .batch_execute("ALTER TABLE idempotency_keys RENAME TO idempotency_keys_away")
+        .await
+        .unwrap();
+    let body = wait_for_status(
+        &ready,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the relay is unready while a job fails",
+    )
+    .await;
+    assert!(body.contains("purge_expired_keys keeps failing"), "{body}");
+    assert!(body.contains("idempotency_keys"), "{body}");
+    relay
+        .wait_for_log("not ready: a component keeps failing", 1)
+        .await;
+
+    db.client()
+        .batch_execute("ALTER TABLE idempotency_keys_away RENAME TO idempotency_keys")
+        .await
+        .unwrap();
+    wait_for_status(&ready, StatusCode::OK, "ready again once the job works").await;
+    relay.wait_for_log("component works again", 1).await;
+}
+
+/// Events published and deleted under a short retention leave charges "without" their
+/// outbox row. A relay restarted with the default (7 days) retention must not count
+/// them: retention recorded how far it deleted. A charge that really lacks its event
+/// is still counted.
+#[tokio::test]
+async fn reconciliation_ignores_what_any_earlier_retention_deleted() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    insert_pending(&db, 3, 0).await;
+    let (mut short, _) = start_relay(
+        &db,
+        &kafka,
+        &["--published-retention", "1s", "--cleanup-interval", "100ms"],
+    )
+    .await;
+    poll_until(
+        "the published events are deleted by retention",
+        async || (count_outbox(&db, "true").await == 0).then_some(()),
+    )
+    .await;
+    short.stop().await;
+
+    let (relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "100ms"]).await;
+    let http = reqwest::Client::new();
+    let page = scrape_until(&http, &metrics, "a reconciliation ran", |page| {
+        sample(
+            page,
+            "charges_maintenance_last_success_timestamp_seconds",
+            &[("task", "reconcile")],
+        ) > 0.0
+    })
+    .await;
+    assert_eq!(
+        sample(&page, "charges_reconcile_charges_without_outbox", &[]),
+        0.0,
+        "{page}"
+    );
+    assert!(
+        !relay.output_text().contains("broken invariants"),
+        "{}",
+        relay.output_text()
+    );
+
+    // The check still sees a charge that never had its event.
+    db.client()
+        .batch_execute(
+            "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 100, 'EUR')",
+        )
+        .await
+        .unwrap();
+    scrape_until(&http, &metrics, "the charge without its event", |page| {
+        sample(page, "charges_reconcile_charges_without_outbox", &[]) == 1.0
+    })
+    .await;
+}
+
+/// `dead discard`: refused without `--yes` off a terminal and for a row that is not
+/// dead; with `--yes` the row moves to `outbox_discarded` with who and when, the audit
+/// line names it, and reconciliation counts its charge as accounted for.
+#[tokio::test]
+async fn a_discarded_event_is_kept_aside_and_accounted_for() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let poisoned = insert_pending(&db, 1, 20_000).await[0];
+    let healthy = insert_pending(&db, 1, 0).await[0];
+    let (mut relay, _) = start_relay(
+        &db,
+        &kafka,
+        &[
+            "--kafka-config",
+            "message.max.bytes=10000",
+            "--max-attempts",
+            "1",
+        ],
+    )
+    .await;
+    db.wait_for(
+        "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&poisoned],
+        "the poisoned row is dead",
+    )
+    .await;
+    relay.stop().await;
+
+    let id = poisoned.to_string();
+    let unconfirmed = charges_relay(&db, &["dead", "discard", &id]);
+    assert_eq!(unconfirmed.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
+    let not_dead = charges_relay(&db, &["dead", "discard", "--yes", &healthy.to_string()]);
+    assert_eq!(not_dead.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&not_dead.stderr).contains(&healthy.to_string()));
+    assert_eq!(count_outbox(&db, "true").await, 2, "nothing was discarded");
+
+    let out = relay_command(&db, &["dead", "discard", "--yes", "--by", "alice", &id]);
+    assert!(
+        out.contains(&format!("discarded {id}")) && out.contains("by alice"),
+        "{out}"
+    );
+    let row = db
+        .client()
+        .query_one(
+            "SELECT discarded_by, database_role, last_error IS NOT NULL FROM outbox_discarded
+              WHERE id = $1",
+            &[&poisoned],
+        )
+        .await
+        .expect("the discarded row is kept");
+    assert_eq!(row.get::<_, String>(0), "alice");
+    assert_eq!(row.get::<_, String>(1), "postgres");
+    assert!(row.get::<_, bool>(2));
+    assert_eq!(count_outbox(&db, &format!("id = '{id}'")).await, 0);
+
+    let (_relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "100ms"]).await;
+    let page = scrape_until(
+        &reqwest::Client::new(),
+        &metrics,
+        "a reconciliation ran",
+        |page| {
+            sample(
+                page,
+                "charges_maintenance_last_success_timestamp_seconds",
+                &[("task", "reconcile")],
+            ) > 0.0
+        },
+    )
+    .await;
+    assert_eq!(
+        sample(&page, "charges_reconcile_charges_without_outbox", &[]),
+        0.0
+    );
+}
+
+fn charges_relay(db: &TestDb, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(charges_tests::binary("charges-relay"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run charges-relay")
+}
+
+/// A relay started before the migration it needs waits, unready and saying so, and
+/// starts by itself once the schema is there.
+#[tokio::test]
+async fn a_relay_waits_for_its_schema() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let latest = db
+        .client()
+        .query_one(
+            "DELETE FROM refinery_schema_history
+              WHERE version = (SELECT max(version) FROM refinery_schema_history)
+             RETURNING version, name, applied_on, checksum",
+            &[],
+        )
+        .await
+        .unwrap();
+    let id = insert_pending(&db, 1, 0).await[0];
+    let (relay, line) = Process::start(
+        "charges-relay",
+        &[
+            "--database-url",
+            db.url.as_str(),
+            "--kafka-brokers",
+            kafka.bootstrap.as_str(),
+            "--topic",
+            kafka.topic.as_str(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--poll-interval",
+            "100ms",
+        ],
+        &[],
+        "operations port listening",
+    )
+    .await;
+    let addr = log_field(&line, "metrics_addr").expect("metrics_addr");
+    relay
+        .wait_for_log("waiting for the database schema", 1)
+        .await;
+    let body = wait_for_status(
+        &format!("http://{addr}/readyz"),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unready while the schema is behind",
+    )
+    .await;
+    assert!(body.contains("schema"), "{body}");
+    assert!(!relay.output_text().contains("relay started"));
+
+    db.client()
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+             VALUES ($1, $2, $3, $4)",
+            &[
+                &latest.get::<_, i32>(0),
+                &latest.get::<_, String>(1),
+                &latest.get::<_, String>(2),
+                &latest.get::<_, String>(3),
+            ],
+        )
+        .await
+        .unwrap();
+    relay.wait_for_log("relay started", 1).await;
+    db.wait_for(
+        "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&id],
+        "the waiting row is published",
+    )
+    .await;
+    wait_for_status(&format!("http://{addr}/readyz"), StatusCode::OK, "ready").await;
+}
