@@ -471,6 +471,8 @@ fn readme_configuration_tables_match_the_binaries_help() {
         &["dead"],
         &["dead", "list"],
         &["dead", "requeue"],
+        &["dead", "show"],
+        &["dead", "discard"],
         &["purge"],
     ];
     for (file, heading, help, at_least) in [
