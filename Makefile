@@ -37,8 +37,9 @@ lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; de
 # unpacks from Debian's prometheus package into the cache, once per machine.
 PROMTOOL ?= $(or $(shell command -v promtool 2>/dev/null),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/charges-tools/prometheus/usr/bin/promtool)
 
-lint-alerts: deps ## promtool check rules on deploy/prometheus/alerts.yaml (make test checks the same file in Rust).
+lint-alerts: deps ## promtool check rules and test rules (alerts.test.yaml) on deploy/prometheus; make test runs both.
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts.test.yaml
 
 fmt: ## Format everything.
 	cargo fmt --all
