@@ -16,11 +16,12 @@ ensure_postgres() {
   fi
 }
 
-# promtool (make lint-alerts, tests/tests/alerts.rs): Debian's prometheus package, unpacked
-# into a cache outside target/ once per machine, never installed as a daemon. Checked
-# before the fast path, so that a machine stamped before this block gets it too.
+# promtool and prometheus (make lint-alerts, tests/tests/alerts.rs): Debian's prometheus
+# package, unpacked into a cache outside target/ once per machine, never installed as a
+# daemon. Checked before the fast path, so that a machine stamped before this block gets
+# it too.
 promtool_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/prometheus"
-if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
+if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
   echo "deps: fetching promtool (Debian package prometheus, unpacked into $promtool_dir)"
   download="$(mktemp -d)"
   if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
