@@ -33,13 +33,13 @@ lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; de
 	@command -v cargo-deny >/dev/null 2>&1 || { echo "installing cargo-deny"; cargo install --locked cargo-deny; }
 	cargo deny check --hide-inclusion-graph licenses bans
 
-# promtool from Debian's prometheus package, unpacked under target/ (no daemon installed).
-PROMTOOL ?= $(or $(shell command -v promtool 2>/dev/null),target/tools/usr/bin/promtool)
+# promtool: $PROMTOOL, else the one on PATH, else the copy `make deps` (scripts/deps.sh)
+# unpacks from Debian's prometheus package into the cache, once per machine.
+PROMTOOL ?= $(or $(shell command -v promtool 2>/dev/null),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/charges-tools/prometheus/usr/bin/promtool)
 
-lint-alerts: ## promtool check rules on deploy/prometheus/alerts.yaml (make test checks the same file in Rust).
-	@[ -x "$(PROMTOOL)" ] || { echo "fetching promtool (Debian package prometheus, ~20 MB, unpacked only)"; \
-	  mkdir -p target/tools && cd target/tools && apt-get download prometheus >/dev/null && dpkg-deb -x prometheus_*.deb . ; }
+lint-alerts: deps ## promtool check rules and test rules (alerts.test.yaml) on deploy/prometheus; make test runs both.
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
+	$(PROMTOOL) test rules deploy/prometheus/alerts.test.yaml
 
 fmt: ## Format everything.
 	cargo fmt --all

@@ -16,6 +16,23 @@ ensure_postgres() {
   fi
 }
 
+# promtool and prometheus (make lint-alerts, tests/tests/alerts.rs): Debian's prometheus
+# package, unpacked into a cache outside target/ once per machine, never installed as a
+# daemon. Checked before the fast path, so that a machine stamped before this block gets
+# it too.
+promtool_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/prometheus"
+if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
+  echo "deps: fetching promtool (Debian package prometheus, unpacked into $promtool_dir)"
+  download="$(mktemp -d)"
+  if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
+    # No package lists yet (a fresh machine): fetch them, then try again.
+    $([ "$(id -u)" -eq 0 ] || echo sudo) apt-get update -qq
+    (cd "$download" && apt-get download -qq prometheus)
+  fi
+  rm -rf "$promtool_dir.partial" && mkdir -p "$promtool_dir.partial" && dpkg-deb -x "$download"/prometheus_*.deb "$promtool_dir.partial"
+  rm -rf "$promtool_dir" "$download" && mv "$promtool_dir.partial" "$promtool_dir"
+fi
+
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
 if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
   && command -v cmake pg_isready cargo-nextest tansu >/dev/null 2>&1; then
