@@ -226,7 +226,7 @@ impl TopicReader {
     pub fn drain(&mut self) {
         while let Some(result) = self.consumer.poll(Duration::ZERO) {
             let message = result.expect("consume");
-            let headers = message
+            let headers: BTreeMap<String, String> = message
                 .headers()
                 .map(|headers| {
                     headers
@@ -240,6 +240,11 @@ impl TopicReader {
                         .collect()
                 })
                 .unwrap_or_default();
+            // Every event a test sees is checked against the schema it claims.
+            if let Some(schema) = headers.get("ce_dataschema") {
+                crate::schemas::validate(schema, message.payload().unwrap_or_default())
+                    .unwrap_or_else(|e| panic!("an event on the topic breaks its schema: {e}"));
+            }
             self.messages.push(Received {
                 partition: message.partition(),
                 offset: message.offset(),
@@ -288,11 +293,6 @@ impl TopicReader {
 /// Publishes one event as the relay does: key and header `id` = the event id, the
 /// CloudEvents headers, and the JSON payload.
 pub async fn produce(kafka: &TestKafka, id: Uuid, event_type: &str, payload: &str) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &kafka.bootstrap)
-        .set("message.timeout.ms", "10000")
-        .create()
-        .expect("producer");
     let id = id.to_string();
     let headers = [
         ("id", id.as_str()),
@@ -302,24 +302,40 @@ pub async fn produce(kafka: &TestKafka, id: Uuid, event_type: &str, payload: &st
         ("ce_source", "urn:charges"),
         ("ce_time", "2025-01-01T00:00:00.000000Z"),
         ("content-type", "application/json"),
-    ]
-    .into_iter()
-    .fold(OwnedHeaders::new(), |headers, (key, value)| {
-        headers.insert(Header {
-            key,
-            value: Some(value),
-        })
-    });
+    ];
+    produce_raw(kafka, &headers, payload).await;
+}
+
+/// Publishes `payload` with exactly `headers` (keyed by the `id` header when there is
+/// one): for messages no relay would send.
+pub async fn produce_raw(kafka: &TestKafka, headers: &[(&str, &str)], payload: &str) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("message.timeout.ms", "10000")
+        .create()
+        .expect("producer");
+    let key = headers
+        .iter()
+        .find(|(name, _)| *name == "id")
+        .map_or("no-id", |(_, value)| *value);
+    let owned = headers
+        .iter()
+        .fold(OwnedHeaders::new(), |owned, (key, value)| {
+            owned.insert(Header {
+                key,
+                value: Some(*value),
+            })
+        });
     producer
         .send(
             FutureRecord::to(&kafka.topic)
-                .key(id.as_str())
+                .key(key)
                 .payload(payload)
-                .headers(headers),
+                .headers(owned),
             Duration::from_secs(10),
         )
         .await
-        .unwrap_or_else(|(e, _)| panic!("produce {id}: {e}"));
+        .unwrap_or_else(|(e, _)| panic!("produce {key}: {e}"));
 }
 
 /// `(partition, low, high)` watermarks of every partition of the topic, as the broker

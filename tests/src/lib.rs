@@ -9,9 +9,11 @@ pub mod chaos;
 pub mod cluster;
 pub mod kafka;
 pub mod metrics;
+pub mod otlp;
 pub mod outbox;
 pub mod proxy;
 pub mod raw_http;
+pub mod schemas;
 pub mod tansu;
 pub mod wait;
 
@@ -253,6 +255,8 @@ pub struct Process {
     pub child: Child,
     /// Every line the process wrote to stdout and stderr so far.
     pub output: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The tasks reading stdout and stderr: they end at the process's last line.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Process {
@@ -286,6 +290,7 @@ impl Process {
         let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let echo = std::env::var_os("TEST_LOG").is_some();
+        let mut readers = Vec::new();
         for stream in [
             child
                 .stdout
@@ -303,7 +308,7 @@ impl Process {
             let ready_tx = ready_tx.clone();
             let marker = ready_marker.to_owned();
             let name = name.to_owned();
-            tokio::spawn(async move {
+            readers.push(tokio::spawn(async move {
                 let mut lines = BufReader::new(stream).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     if echo {
@@ -314,14 +319,18 @@ impl Process {
                     }
                     output.lock().expect("output lock").push(line);
                 }
-            });
+            }));
         }
         drop(ready_tx);
         let line = tokio::time::timeout(DEADLINE, ready_rx.recv())
             .await
             .ok()
             .flatten();
-        let process = Process { child, output };
+        let process = Process {
+            child,
+            output,
+            readers,
+        };
         match line {
             Some(line) => (process, line),
             None => panic!(
@@ -349,9 +358,10 @@ impl Process {
         assert!(status.success(), "kill -{signal} failed");
     }
 
-    /// Waits for the process to exit (at most [`DEADLINE`]).
+    /// Waits for the process to exit (at most [`DEADLINE`]) and for its last line to be
+    /// read.
     pub async fn wait(&mut self) -> std::process::ExitStatus {
-        tokio::time::timeout(DEADLINE, self.child.wait())
+        let status = tokio::time::timeout(DEADLINE, self.child.wait())
             .await
             .unwrap_or_else(|_| {
                 panic!(
@@ -359,7 +369,12 @@ impl Process {
                     self.output_text()
                 )
             })
-            .expect("wait for the process")
+            .expect("wait for the process");
+        // A child of the process may still hold the pipes; do not wait for it forever.
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(DEADLINE, reader).await;
+        }
+        status
     }
 
     /// SIGTERM, then waits for the exit; panics unless the process exits 0.

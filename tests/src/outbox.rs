@@ -20,7 +20,8 @@ pub async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
              SELECT event_id, charge_id, 'ChargeCreated', 1,
                     jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
                                        'sequence', 1, 'amountCents', 100 + g,
-                                       'currency', 'EUR', 'pad', repeat('x', $2::int)),
+                                       'currency', 'EUR', 'occurredAt', now(),
+                                       'pad', repeat('x', $2::int)),
                     clock_timestamp()
              FROM ids ORDER BY g
              RETURNING id",

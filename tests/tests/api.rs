@@ -38,15 +38,21 @@ async fn first_request_creates_the_charge_its_outbox_event_and_the_key() {
     let row = db
         .client()
         .query_one(
-            "SELECT o.id, o.event_type, o.payload, o.published_at IS NULL AS pending, k.status
+            "SELECT o.id, o.event_type, o.aggregate_type, o.data, o.payload IS NULL AS no_jsonb,
+                    o.published_at IS NULL AS pending, k.status
                FROM outbox o, idempotency_keys k WHERE o.aggregate_id = $1",
             &[&id],
         )
         .await
         .unwrap();
     let event_id: Uuid = row.get("id");
-    let payload: Value = row.get("payload");
+    let payload: Value = serde_json::from_str(&row.get::<_, String>("data")).unwrap();
+    assert!(
+        row.get::<_, bool>("no_jsonb"),
+        "the payload is stored as text only"
+    );
     assert_eq!(row.get::<_, String>("event_type"), "ChargeCreated");
+    assert_eq!(row.get::<_, String>("aggregate_type"), "charge");
     assert!(row.get::<_, bool>("pending"));
     assert_eq!(row.get::<_, String>("status"), "COMPLETED");
     assert_eq!(payload["eventId"], event_id.to_string());

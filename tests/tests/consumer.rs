@@ -129,8 +129,8 @@ async fn the_same_event_delivered_twice_changes_the_ledger_once() {
     assert_eq!(db.count("processed_events").await, 2);
     assert_eq!(
         db.count("consumer_schema_history").await,
-        2,
-        "the consumer's migrations (V1, V2) have their own history table"
+        3,
+        "the consumer's migrations (V1–V3) have their own history table"
     );
     // Offsets are committed after each message: all three are done for the group.
     wait_for_commit(&kafka, &group, 3).await;
@@ -246,4 +246,122 @@ async fn events_arriving_before_their_predecessor_are_counted() {
         .unwrap()
         .get(0);
     assert_eq!(position, 3);
+}
+
+fn charges_consumer(db: &TestDb, args: &[&str]) -> String {
+    let output = std::process::Command::new(charges_tests::binary("charges-consumer"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("run charges-consumer");
+    assert!(
+        output.status.success(),
+        "charges-consumer {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A handled type in a payload version the consumer does not know, and a message
+/// without an id, are parked (not applied, not lost); the partition goes on, and the
+/// next event is applied.
+#[tokio::test]
+async fn unknown_versions_and_poison_are_parked_and_the_partition_goes_on() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let future = Uuid::now_v7();
+    let future_id = future.to_string();
+    charges_tests::kafka::produce_raw(
+        &kafka,
+        &[
+            ("id", &future_id),
+            ("ce_type", "io.charges.charge.created"),
+            (
+                "ce_dataschema",
+                "urn:charges:schemas:events:charge-created:v2",
+            ),
+        ],
+        &charge_created(future, 100),
+    )
+    .await;
+    charges_tests::kafka::produce_raw(&kafka, &[("ce_type", "ChargeCreated")], "{}").await;
+    let applied = Uuid::now_v7();
+    produce(
+        &kafka,
+        applied,
+        "ChargeCreated",
+        &charge_created(applied, 4900),
+    )
+    .await;
+
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+    let consumer = start_consumer(&db, &kafka, &group, &[]).await;
+    consumer.wait_for_log("event applied", 1).await;
+    assert_eq!(consumer.output_text().matches("event parked").count(), 2);
+    assert_eq!(
+        eur_ledger(&db).await,
+        (4900, 0, 1),
+        "only the known event applied"
+    );
+
+    let listed = charges_consumer(&db, &["parked", "list"]);
+    assert!(listed.contains(&future_id), "{listed}");
+    assert!(listed.contains("charge-created:v2"), "{listed}");
+    assert!(listed.contains("no header `id`"), "{listed}");
+    // Replaying cannot apply them yet: they stay, with their reason.
+    let replayed = charges_consumer(&db, &["parked", "replay"]);
+    assert_eq!(replayed.matches("still parked").count(), 2, "{replayed}");
+    assert_eq!(db.count("parked_events").await, 2);
+}
+
+/// An event whose effect keeps failing for a reason other than an unreachable
+/// database (here a constraint its currency breaks) is tried --max-apply-attempts
+/// times, parked, and the partition goes on; once the cause is fixed, `parked replay`
+/// applies it and it leaves the table.
+#[tokio::test]
+async fn an_event_that_keeps_failing_is_parked_then_replayed_once_fixed() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let stuck = Uuid::now_v7();
+    produce(
+        &kafka,
+        stuck,
+        "ChargeCreated",
+        &charge_created(stuck, 300).replace("\"EUR\"", "\"eur\""),
+    )
+    .await;
+    let next = Uuid::now_v7();
+    produce(&kafka, next, "ChargeCreated", &charge_created(next, 4900)).await;
+
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+    let consumer = start_consumer(&db, &kafka, &group, &["--max-apply-attempts", "2"]).await;
+    consumer.wait_for_log("event applied", 1).await;
+    assert_eq!(
+        consumer
+            .output_text()
+            .matches("applying the event failed")
+            .count(),
+        1
+    );
+    assert!(consumer.output_text().contains("applying failed 2 times"));
+    assert_eq!(eur_ledger(&db).await, (4900, 0, 1));
+
+    db.client()
+        .batch_execute("ALTER TABLE ledger DROP CONSTRAINT ledger_currency_check")
+        .await
+        .unwrap();
+    let replayed = charges_consumer(&db, &["parked", "replay"]);
+    assert!(replayed.contains("applied: removed"), "{replayed}");
+    assert_eq!(db.count("parked_events").await, 0);
+    let lower: i64 = db
+        .client()
+        .query_one(
+            "SELECT charged_cents FROM ledger WHERE currency = 'eur'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(lower, 300);
+    assert_eq!(db.count("processed_events").await, 2);
 }

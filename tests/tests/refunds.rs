@@ -66,7 +66,7 @@ async fn get_returns_the_charge_its_refunded_total_and_its_refunds() {
     let events: Vec<(String, Value)> = db
         .client()
         .query(
-            "SELECT event_type, payload FROM outbox ORDER BY created_at, id",
+            "SELECT event_type, data::jsonb FROM outbox ORDER BY created_at, id",
             &[],
         )
         .await
@@ -82,6 +82,7 @@ async fn get_returns_the_charge_its_refunded_total_and_its_refunds() {
     assert_eq!(last["amountCents"], 700);
     assert_eq!(last["refundedCents"], 1000);
     assert_eq!(last["currency"], "EUR");
+    assert_eq!(last["sequence"], 3);
     assert!(last["eventId"].is_string() && last["occurredAt"].is_string());
 }
 

@@ -114,7 +114,7 @@ async fn ordered_delivery(kind: BrokerKind) {
     // refuses them (a rejection, retried later) while the other relays take them.
     db.client()
         .batch_execute(
-            "UPDATE outbox SET payload = payload || jsonb_build_object('pad', repeat('x', 3000))
+            "UPDATE outbox SET data = (data::jsonb || jsonb_build_object('pad', repeat('x', 3000)))::text
               WHERE sequence % 4 = 0",
         )
         .await
@@ -154,7 +154,7 @@ async fn ordered_delivery(kind: BrokerKind) {
     let misnumbered = count_outbox(
         &db,
         "event_type = 'ChargeRefunded'
-         AND (payload ->> 'refundedCents')::bigint <> 10 * (sequence - 1)",
+         AND (data::jsonb ->> 'refundedCents')::bigint <> 10 * (sequence - 1)",
     )
     .await;
     assert_eq!(
@@ -222,7 +222,7 @@ async fn a_dead_event_holds_back_only_its_own_charges_later_events() {
     refund_concurrently(&api, &[blocked.clone(), free.clone()], 3).await;
     db.client()
         .execute(
-            "UPDATE outbox SET payload = payload || jsonb_build_object('pad', repeat('x', 3000))
+            "UPDATE outbox SET data = (data::jsonb || jsonb_build_object('pad', repeat('x', 3000)))::text
               WHERE aggregate_id = $1::text::uuid AND sequence = 1",
             &[&blocked],
         )

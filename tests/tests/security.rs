@@ -577,6 +577,7 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         &relay_url,
         &[
             "UPDATE outbox SET payload = '{}'",
+            "UPDATE outbox SET data = '{}'",
             "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 1, 'EUR')",
             "UPDATE charges SET refunded_cents = 0",
             "DELETE FROM charges",

@@ -6,7 +6,7 @@ use charges_domain::{
     Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, FIRST_SEQUENCE, Fingerprint,
 };
 use charges_store::{
-    ChargeStore, IdempotentOperation, NewEvent, OutboxStore, RefundStore, StoreError,
+    ChargeStore, IdempotentOperation, NewEvent, Origin, OutboxStore, RefundStore, StoreError,
     StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
@@ -16,6 +16,7 @@ use crate::AppState;
 use crate::auth::{self, ClientId};
 use crate::idempotency::idempotent;
 use crate::problem::ApiError;
+use crate::request_id;
 
 pub async fn create(
     request: HttpRequest,
@@ -23,10 +24,12 @@ pub async fn create(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let owner = auth::client(&request);
+    let origin = request_id::origin(&request);
     idempotent(&request, payload, &state, "/charges", |body| {
         Ok(CreateChargeOperation {
             request: CreateCharge::from_json(body)?,
             owner,
+            origin,
         })
     })
     .await
@@ -36,6 +39,8 @@ struct CreateChargeOperation {
     request: CreateCharge,
     /// The authenticated client, recorded on the charge; `None` without authentication.
     owner: Option<ClientId>,
+    /// The request's trace and id, carried by its event.
+    origin: Origin,
 }
 
 impl IdempotentOperation for CreateChargeOperation {
@@ -57,14 +62,15 @@ impl IdempotentOperation for CreateChargeOperation {
             created_at: now,
         };
         let event = ChargeCreated::new(Uuid::now_v7(), &charge);
-        let payload = to_json_value(&event)?;
+        let data = to_json_string(&event)?;
         let outbox_row = NewEvent {
             id: event.event_id,
             aggregate_id: charge.id,
             event_type: EventType::ChargeCreated,
             sequence: FIRST_SEQUENCE,
-            payload: &payload,
+            data: &data,
             created_at: now,
+            origin: &self.origin,
         };
         let body = to_json_string(&charge)?;
         // Both statements go out together (tokio-postgres pipelines concurrent queries
@@ -122,13 +128,6 @@ pub fn parse_charge_id(raw: &str) -> Result<Uuid, ApiError> {
 pub fn to_json_string(value: &impl serde::Serialize) -> Result<String, ApiError> {
     serde_json::to_string(value).map_err(|source| ApiError::Encode {
         what: "the response",
-        source,
-    })
-}
-
-pub fn to_json_value(value: &impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
-    serde_json::to_value(value).map_err(|source| ApiError::Encode {
-        what: "the event",
         source,
     })
 }

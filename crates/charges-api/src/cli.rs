@@ -239,9 +239,12 @@ pub fn main() -> ExitCode {
     if let Ok(Some(text)) = &key_text {
         secrets.extend(auth::secret_candidates(text));
     }
-    if let Err(e) =
-        charges_runtime::init_logging(cli.log_format, Redactor::new(secrets), LogTarget::Stdout)
-    {
+    if let Err(e) = charges_runtime::init_logging(
+        cli.log_format,
+        Redactor::new(secrets),
+        LogTarget::Stdout,
+        "charges-api",
+    ) {
         eprintln!("charges-api: {e}");
         return ExitCode::FAILURE;
     }
@@ -253,6 +256,8 @@ pub fn main() -> ExitCode {
         }
     };
     let result = actix_web::rt::System::new().block_on(run(cli, command, api_keys));
+    // The last spans, when they are exported.
+    charges_runtime::telemetry::shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -4,7 +4,7 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
 use charges_store::{
-    ChargeStore, IdempotentOperation, NewEvent, OutboxStore, RefundStore, StoreError,
+    ChargeStore, IdempotentOperation, NewEvent, Origin, OutboxStore, RefundStore, StoreError,
     StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
@@ -12,9 +12,10 @@ use uuid::Uuid;
 
 use crate::AppState;
 use crate::auth::{self, ClientId};
-use crate::charges::{parse_charge_id, to_json_string, to_json_value};
+use crate::charges::{parse_charge_id, to_json_string};
 use crate::idempotency::idempotent;
 use crate::problem::ApiError;
+use crate::request_id;
 
 /// The idempotency scope is the concrete path, with the id in its canonical form: the
 /// same key on two charges' refund endpoints names two operations.
@@ -27,10 +28,12 @@ pub async fn create(
     let charge_id = parse_charge_id(&path)?;
     let endpoint = format!("/charges/{charge_id}/refunds");
     let owner = auth::client(&request);
+    let origin = request_id::origin(&request);
     idempotent(&request, payload, &state, &endpoint, |body| {
         Ok(CreateRefundOperation {
             request: CreateRefund::from_json(charge_id, body)?,
             owner,
+            origin,
         })
     })
     .await
@@ -41,6 +44,8 @@ struct CreateRefundOperation {
     /// With authentication on, only the owner's charges can be refunded: another
     /// client's charge is "not found".
     owner: Option<ClientId>,
+    /// The request's trace and id, carried by its event.
+    origin: Origin,
 }
 
 impl IdempotentOperation for CreateRefundOperation {
@@ -86,14 +91,15 @@ impl IdempotentOperation for CreateRefundOperation {
         let refunded_cents = charge.refunded_cents + amount_cents;
         let sequence = charge.event_sequence + 1;
         let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents, sequence);
-        let payload = to_json_value(&event)?;
+        let data = to_json_string(&event)?;
         let outbox_row = NewEvent {
             id: event.event_id,
             aggregate_id: charge_id,
             event_type: EventType::ChargeRefunded,
             sequence,
-            payload: &payload,
+            data: &data,
             created_at: now,
+            origin: &self.origin,
         };
         let (stored_total, (), ()) = futures::try_join!(
             ChargeStore::add_refunded(tx, charge_id, amount_cents, sequence),

@@ -105,7 +105,7 @@ fn pgbench_script() -> Result<String, String> {
     let endpoint = "'/charges'";
     // Constant texts of the API's sizes: building them server-side would slow the
     // floor down and flatter the ratio.
-    let payload = "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'::jsonb";
+    let payload = "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'";
     let body = "'{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}'";
     let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'::jsonb";
     let ttl_ms = "86400000";
@@ -122,11 +122,16 @@ fn pgbench_script() -> Result<String, String> {
         charges_store::outbox::INSERT,
         &[
             event_id,
+            "'charge'",
             charge_id,
             "'ChargeCreated'",
             "1",
             payload,
             "now()",
+            // The API stores the request's trace and request id with every event.
+            "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
+            "NULL",
+            "'3f1c2d9e-8a41-4b6c-9d2e-5a7b8c9d0e1f'",
         ],
     );
     script += &bind(

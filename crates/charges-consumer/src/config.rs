@@ -45,7 +45,7 @@ impl Cli {
         charges_runtime::cli::reject_loop_flags_with_subcommand::<RunArgs>(&command, &matches)?;
         let kafka = match &mut cli.command {
             Some(Command::Tail(tail)) => &mut tail.kafka,
-            None => &mut cli.run.kafka,
+            Some(Command::Parked(_)) | None => &mut cli.run.kafka,
         };
         kafka.resolve().map_err(|e| {
             command
@@ -58,6 +58,9 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Messages this consumer did not apply (unknown payload version, undecodable, or
+    /// failing --max-apply-attempts times): list them, or replay them once fixed.
+    Parked(ParkedArgs),
     /// Print every message on the topic (partition, offset, header `id`, `ce_type`), read
     /// without a consumer group, and exit once nothing new arrived for --until-idle.
     Tail(TailArgs),
@@ -129,6 +132,12 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kafka: KafkaConfigArgs,
 
+    /// Failures to apply one event (other than an unreachable database, which is waited
+    /// for) after which it is parked (`parked list`, `parked replay`) and the consumer
+    /// goes on with the next message.
+    #[arg(long, env = "CONSUMER_MAX_APPLY_ATTEMPTS", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_apply_attempts: u32,
+
     /// Whether to check each charge's event order (see the relay's --ordering).
     #[arg(
         long,
@@ -150,6 +159,34 @@ pub struct RunArgs {
     /// Apply the consumer's pending migrations before starting.
     #[arg(long, env = "CONSUMER_MIGRATE")]
     pub migrate: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ParkedArgs {
+    #[command(subcommand)]
+    pub action: ParkedAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ParkedAction {
+    /// Print parked messages (topic, partition, offset, id, type, attempts, parked at,
+    /// reason), oldest first.
+    List {
+        /// Print at most this many.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        limit: i64,
+    },
+    /// Apply parked messages again, oldest first: one that applies (or turns out to be
+    /// a duplicate) leaves the table, one that still fails stays with its new reason.
+    /// Prints one line per message.
+    Replay {
+        /// At most this many.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+        limit: i64,
+        /// Check each charge's event order as the consumer loop does.
+        #[arg(long, value_enum, default_value = "unordered")]
+        ordering: Ordering,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -1,24 +1,18 @@
 //! The consumer loop: receive, apply in one transaction, then store and commit the
 //! offset.
 
-use std::time::Duration;
-
 use charges_runtime::DatabaseArgs;
 use deadpool_postgres::Pool;
 use rdkafka::consumer::{CommitMode, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Statistics};
 use tokio::time::Instant;
 
 use charges_runtime::ops::OpsServer;
 
-use crate::apply::{Applied, apply};
 use crate::config::{Ordering, RunArgs};
-use crate::event::{Event, decode};
-use crate::inbox::Source;
-use crate::{ConsumerError, error_chain, metrics, migrations};
+use crate::{ConsumerError, handle, metrics, migrations};
 
 /// Exports each assigned partition's lag from librdkafka's statistics (emitted every
 /// `statistics.interval.ms`).
@@ -114,7 +108,10 @@ async fn consume(
     signal: impl Future<Output = &'static str>,
 ) -> Result<(), ConsumerError> {
     tokio::pin!(signal);
-    let check_order = args.ordering == Ordering::PerAggregate;
+    let handling = handle::Handling {
+        check_order: args.ordering == Ordering::PerAggregate,
+        max_apply_attempts: args.max_apply_attempts,
+    };
     // Offsets stored since the last commit, and when the next commit is due.
     let mut uncommitted = false;
     let mut next_commit = Instant::now() + args.commit_interval;
@@ -139,7 +136,8 @@ async fn consume(
                 continue;
             }
         };
-        let Some(()) = process(pool, &message, &args.topic, check_order, &mut signal).await else {
+        let Some(()) = handle::process(pool, &message, &args.topic, &handling, &mut signal).await
+        else {
             tracing::info!("shutting down before this message was applied; it will be redelivered");
             return Ok(());
         };
@@ -152,81 +150,6 @@ async fn consume(
         if Instant::now() >= next_commit {
             commit(consumer, CommitMode::Async);
             uncommitted = false;
-        }
-    }
-}
-
-/// Applies one message, retrying database failures until they pass. `None`: a
-/// shutdown signal came first, and nothing was applied.
-async fn process(
-    pool: &Pool,
-    message: &BorrowedMessage<'_>,
-    topic: &str,
-    check_order: bool,
-    signal: &mut (impl Future<Output = &'static str> + Unpin),
-) -> Option<()> {
-    let header = |name: &str| {
-        message
-            .headers()
-            .and_then(|headers| headers.iter().find(|h| h.key == name))
-            .and_then(|h| h.value)
-    };
-    let (partition, offset) = (message.partition(), message.offset());
-    let event = match decode(
-        header("id"),
-        header("ce_type"),
-        message.payload().unwrap_or_default(),
-    ) {
-        Ok(event) => event,
-        Err(poison) => {
-            // It can never be applied, and retrying would stop the partition for good:
-            // skip it, loudly, for an operator to look at.
-            tracing::error!(partition, offset, error = %poison, "skipping a message that cannot be processed");
-            metrics::event("skipped");
-            return Some(());
-        }
-    };
-    let source = Source {
-        topic,
-        partition,
-        offset,
-    };
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match apply(pool, &event, source, check_order).await {
-            Ok(applied) => {
-                report(&event, applied, partition, offset);
-                return Some(());
-            }
-            Err(e) => {
-                metrics::event("failed");
-                tracing::error!(id = %event.id, error = %error_chain(&e), ?delay, "applying the event failed; retrying");
-                tokio::select! {
-                    _ = &mut *signal => return None,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-}
-
-fn report(event: &Event, applied: Applied, partition: i32, offset: i64) {
-    let (id, event_type) = (event.id, event.event_type.as_str());
-    match applied {
-        Applied::Applied => {
-            metrics::event("applied");
-            tracing::info!(%id, event_type, partition, offset, "event applied");
-        }
-        Applied::AppliedOutOfOrder { previous } => {
-            metrics::event("applied");
-            metrics::out_of_order();
-            let (charge, sequence) = event.position.unwrap_or_default();
-            tracing::warn!(%id, event_type, %charge, sequence, ?previous, partition, offset, "event applied before its predecessor");
-        }
-        Applied::Duplicate => {
-            metrics::event("duplicate");
-            tracing::info!(%id, event_type, partition, offset, "duplicate event skipped");
         }
     }
 }

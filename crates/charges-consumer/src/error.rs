@@ -9,6 +9,8 @@ pub enum ConsumerError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot install the signal handler")]
     Signal(#[source] std::io::Error),
+    #[error("encoding a parked message's headers failed")]
+    Encode(#[source] serde_json::Error),
     #[error("topic {0} does not exist (or has no partitions)")]
     NoSuchTopic(String),
     #[error("cannot write to stdout")]

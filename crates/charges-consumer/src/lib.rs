@@ -37,17 +37,20 @@ pub mod config;
 mod consume;
 mod error;
 pub mod event;
+mod handle;
 pub mod inbox;
 pub mod ledger;
 pub mod metrics;
 pub mod migrations;
+pub mod parked;
 pub mod positions;
+mod replay;
 mod tail;
 
 pub use apply::{Applied, apply};
 pub use consume::run;
 pub use error::{ConsumerError, error_chain};
-pub use event::{Event, Poison, decode};
+pub use event::{Event, Message, Rejection, decode};
 pub use tail::tail;
 
 use crate::config::{Cli, Command};
@@ -58,7 +61,7 @@ pub fn secrets(cli: &Cli) -> Vec<String> {
     let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
     let kafka = match &cli.command {
         Some(Command::Tail(tail)) => &tail.kafka,
-        None => &cli.run.kafka,
+        Some(Command::Parked(_)) | None => &cli.run.kafka,
     };
     secrets.extend(charges_runtime::secrets::kafka_config_secrets(
         &kafka.resolved,
@@ -71,5 +74,6 @@ pub async fn main(cli: Cli) -> Result<(), ConsumerError> {
     match cli.command {
         None => run(&cli.database, cli.run).await,
         Some(Command::Tail(args)) => tail(args).await,
+        Some(Command::Parked(args)) => replay::parked(&cli.database, args).await,
     }
 }

@@ -3,8 +3,8 @@
 use metrics_exporter_prometheus::{BuildError, PrometheusHandle};
 
 /// Counter: messages by `outcome`: `applied`, `duplicate` (already applied: skipped),
-/// `skipped` (can never be applied: no id, undecodable), `failed` (an attempt to apply
-/// failed and is retried).
+/// `parked` (not applied, kept for `parked replay`), `failed` (an attempt to apply
+/// failed).
 pub const EVENTS: &str = "charges_consumer_events_total";
 /// Counter: events applied before their charge's previous event (`--ordering
 /// per-aggregate`).
@@ -22,7 +22,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         OUT_OF_ORDER,
         "Events applied before their charge's previous event"
     );
-    for outcome in ["applied", "duplicate", "skipped", "failed"] {
+    for outcome in ["applied", "duplicate", "parked", "failed"] {
         metrics::counter!(EVENTS, "outcome" => outcome).increment(0);
     }
     metrics::counter!(OUT_OF_ORDER).increment(0);

@@ -4,7 +4,8 @@ use uuid::Uuid;
 
 use crate::{Charge, Refund};
 
-/// The `event_type` column and the CloudEvents `ce_type` of an outbox row.
+/// The events this service publishes: the catalog the API writes into the outbox, the
+/// relay turns into CloudEvents headers, and consumers read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
     ChargeCreated,
@@ -12,11 +13,47 @@ pub enum EventType {
 }
 
 impl EventType {
+    pub const ALL: [EventType; 2] = [EventType::ChargeCreated, EventType::ChargeRefunded];
+
+    /// The outbox's `event_type` column, and the `ce_type` relays sent before event
+    /// types were namespaced (consumers still accept it).
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::ChargeCreated => "ChargeCreated",
             EventType::ChargeRefunded => "ChargeRefunded",
         }
+    }
+
+    /// The outbox's `aggregate_type`: which kind of aggregate the event belongs to (it
+    /// routes the event to its topic).
+    pub fn aggregate_type(self) -> &'static str {
+        match self {
+            EventType::ChargeCreated | EventType::ChargeRefunded => "charge",
+        }
+    }
+
+    /// The CloudEvents `type` (header `ce_type`), reverse-DNS prefixed.
+    pub fn cloud_event_type(self) -> &'static str {
+        match self {
+            EventType::ChargeCreated => "io.charges.charge.created",
+            EventType::ChargeRefunded => "io.charges.charge.refunded",
+        }
+    }
+
+    /// The CloudEvents `dataschema` (header `ce_dataschema`): the `$id` of the JSON Schema
+    /// of the payload this code writes, `schemas/events/<name>/v<version>.json`.
+    pub fn data_schema(self) -> &'static str {
+        match self {
+            EventType::ChargeCreated => "urn:charges:schemas:events:charge-created:v1",
+            EventType::ChargeRefunded => "urn:charges:schemas:events:charge-refunded:v1",
+        }
+    }
+
+    /// The event type an outbox `event_type` or a `ce_type` (namespaced or not) names.
+    pub fn parse(name: &str) -> Option<EventType> {
+        EventType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == name || t.cloud_event_type() == name)
     }
 }
 

@@ -73,9 +73,14 @@ pub struct RunArgs {
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,
 
-    /// Topic every event is published to.
+    /// Topic of every event whose aggregate type has no --topic-for of its own.
     #[arg(long, env = "KAFKA_TOPIC", default_value = "charges.events")]
     pub topic: String,
+
+    /// Route an aggregate type's events to a topic of their own: `AGGREGATE=TOPIC`,
+    /// repeatable (e.g. charge=charges.events, payout=payouts.events).
+    #[arg(long = "topic-for", env = "RELAY_TOPIC_FOR", value_name = "AGGREGATE=TOPIC", value_delimiter = ',', value_parser = charges_runtime::parse_key_value)]
+    pub topic_for: Vec<(String, String)>,
 
     /// Delivery order. `unordered` (default) publishes concurrently, oldest first;
     /// `per-aggregate` publishes each charge's events in commit order (message key =

@@ -62,6 +62,7 @@ impl RunArgs {
         RelaySettings {
             message: MessageSettings {
                 topic: self.topic.clone(),
+                routes: self.topic_for.clone(),
                 // Kafka orders within a partition only (validated in `config`).
                 key: if ordered {
                     MessageKey::AggregateId

@@ -61,11 +61,22 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     Ok(handle)
 }
 
-pub fn batch_finished(topic: &str, published: u64, failed: usize, dead: usize, elapsed: Duration) {
+/// One batch's outcome on one topic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TopicCounts {
+    pub published: u64,
+    pub failed: u64,
+    pub dead: u64,
+}
+
+pub fn published(topic: &str, counts: TopicCounts) {
     let topic = topic.to_owned();
-    metrics::counter!(PUBLISHED, "topic" => topic.clone()).increment(published);
-    metrics::counter!(PUBLISH_ERRORS, "topic" => topic.clone()).increment(failed as u64);
-    metrics::counter!(DEAD_LETTERED, "topic" => topic).increment(dead as u64);
+    metrics::counter!(PUBLISHED, "topic" => topic.clone()).increment(counts.published);
+    metrics::counter!(PUBLISH_ERRORS, "topic" => topic.clone()).increment(counts.failed);
+    metrics::counter!(DEAD_LETTERED, "topic" => topic).increment(counts.dead);
+}
+
+pub fn batch_finished(elapsed: Duration) {
     metrics::histogram!(BATCH_DURATION).record(elapsed.as_secs_f64());
 }
 

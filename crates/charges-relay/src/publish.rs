@@ -10,6 +10,10 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
+use charges_domain::EventType;
+use charges_runtime::telemetry;
+use charges_runtime::trace::TraceParent;
+
 use crate::broker::BrokerHealth;
 use crate::config::MessageKey;
 use crate::failure::PublishError;
@@ -109,38 +113,68 @@ impl Producers {
 /// What every message of one relay shares.
 #[derive(Debug, Clone)]
 pub struct MessageSettings {
+    /// Where events go whose aggregate type has no route of its own.
     pub topic: String,
+    /// `(aggregate type, topic)`: `--topic-for charge=charges.events`.
+    pub routes: Vec<(String, String)>,
     pub key: MessageKey,
     pub event_source: String,
 }
 
+impl MessageSettings {
+    /// The topic an event of `aggregate_type` goes to.
+    pub fn topic_for(&self, aggregate_type: &str) -> &str {
+        self.routes
+            .iter()
+            .find(|(kind, _)| kind == aggregate_type)
+            .map_or(self.topic.as_str(), |(_, topic)| topic.as_str())
+    }
+}
+
 /// Headers of one event: `id` (what consumers deduplicate on), the CloudEvents Kafka
-/// binary binding (`ce_*`, `content-type`; `ce_sequence` is the CloudEvents sequence
-/// extension: the event's place among its charge's events, as decimal digits), and
-/// `aggregate_id`.
-pub fn headers(event: &PendingEvent, source: &str) -> OwnedHeaders {
+/// binary binding (`ce_*`, `content-type`; `ce_type` namespaced, `ce_dataschema` the
+/// `$id` of the payload's JSON Schema, `ce_subject` the aggregate's id, `ce_sequence`
+/// the sequence extension: the event's place among its aggregate's events, as decimal
+/// digits), `aggregate_type` and `aggregate_id`, and where it came from: W3C
+/// `traceparent`/`tracestate` and the API's `request_id`.
+pub fn headers(event: &PendingEvent, source: &str, trace_parent: Option<&str>) -> OwnedHeaders {
     let id = event.id.to_string();
     let aggregate_id = event.aggregate_id.to_string();
     let time = event
         .created_at
         .to_rfc3339_opts(SecondsFormat::Micros, true);
     let sequence = event.sequence.map(|s| s.to_string());
+    let known = EventType::parse(&event.event_type);
+    // An event type this relay does not know is sent as stored: its writer chose it.
+    let ce_type: &str = match known {
+        Some(known) => known.cloud_event_type(),
+        None => &event.event_type,
+    };
     [
         ("id", Some(id.as_str())),
         ("ce_specversion", Some("1.0")),
         ("ce_id", Some(id.as_str())),
-        ("ce_type", Some(event.event_type.as_str())),
+        ("ce_type", Some(ce_type)),
         ("ce_source", Some(source)),
+        ("ce_subject", Some(aggregate_id.as_str())),
         ("ce_time", Some(time.as_str())),
+        ("ce_dataschema", known.map(EventType::data_schema)),
         // Rows written before migration V6 have none.
         ("ce_sequence", sequence.as_deref()),
         ("content-type", Some("application/json")),
+        ("aggregate_type", Some(event.aggregate_type.as_str())),
         ("aggregate_id", Some(aggregate_id.as_str())),
+        ("traceparent", trace_parent),
+        (
+            "tracestate",
+            trace_parent.and(event.origin.trace_state.as_deref()),
+        ),
+        ("request_id", event.origin.request_id.as_deref()),
     ]
     .into_iter()
     .filter_map(|(key, value)| Some((key, value?)))
     .fold(
-        OwnedHeaders::new_with_capacity(9),
+        OwnedHeaders::new_with_capacity(16),
         |headers, (key, value)| {
             headers.insert(Header {
                 key,
@@ -148,6 +182,25 @@ pub fn headers(event: &PendingEvent, source: &str) -> OwnedHeaders {
             })
         },
     )
+}
+
+/// The `traceparent` a message carries, and the span (when spans are exported) that
+/// lives while the message is in flight: a child of the span that wrote the event.
+/// Without export the stored `traceparent` goes on as it is, so the consumer's work
+/// becomes a child of the writer's.
+fn publish_span(event: &PendingEvent, topic: &str) -> (Option<String>, Option<tracing::Span>) {
+    let parent = event
+        .origin
+        .trace_parent
+        .as_deref()
+        .and_then(TraceParent::parse);
+    if !telemetry::exporting() {
+        return (parent.map(|p| p.to_string()), None);
+    }
+    let span =
+        tracing::info_span!("publish", event_id = %event.id, topic, event_type = %event.event_type);
+    let position = telemetry::start_span(&span, parent);
+    (Some(position.to_string()), Some(span))
 }
 
 /// Publishes `events` concurrently and waits for every acknowledgement, at most
@@ -169,14 +222,24 @@ pub async fn publish_batch(
             MessageKey::OutboxId => event.id.to_string(),
             MessageKey::AggregateId => event.aggregate_id.to_string(),
         };
-        let record = FutureRecord::to(&settings.topic)
+        let topic = settings.topic_for(&event.aggregate_type);
+        let (trace_parent, span) = publish_span(event, topic);
+        let record = FutureRecord::to(topic)
             .key(key.as_str())
             .payload(event.payload.as_str())
-            .headers(headers(event, &settings.event_source));
+            .headers(headers(
+                event,
+                &settings.event_source,
+                trace_parent.as_deref(),
+            ));
         // `send_result` only enqueues; it never waits (a full local queue is an
         // availability error, retried).
         match producer.send_result(record) {
-            Ok(delivery) => in_flight.push(async move { (index, delivery.await) }),
+            Ok(delivery) => in_flight.push(async move {
+                let delivered = delivery.await;
+                drop(span);
+                (index, delivered)
+            }),
             Err((error, _record)) => results[index] = Some(Err(PublishError::from_kafka(&error))),
         }
     }

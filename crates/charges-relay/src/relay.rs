@@ -139,7 +139,7 @@ impl Relay {
             failed: answers.failures.len(),
             dead: answers.failures.iter().filter(|f| f.dead).count(),
         };
-        self.report(&outcome, &answers, started.elapsed());
+        self.report(&events, &outcome, &answers, started.elapsed());
         Ok(outcome)
     }
 
@@ -220,20 +220,45 @@ impl Relay {
         }
     }
 
+    /// `(published, failed, dead)` per topic, for the metrics.
+    fn count_by_topic<'a>(
+        &'a self,
+        events: &[PendingEvent],
+        answers: &Answers,
+    ) -> std::collections::BTreeMap<&'a str, metrics::TopicCounts> {
+        let mut counts = std::collections::BTreeMap::<&str, metrics::TopicCounts>::new();
+        for event in events {
+            let entry = counts
+                .entry(self.settings.message.topic_for(&event.aggregate_type))
+                .or_default();
+            match answers.failures.iter().find(|f| f.id == event.id) {
+                None => entry.published += 1,
+                Some(failure) => {
+                    entry.failed += 1;
+                    entry.dead += u64::from(failure.dead);
+                }
+            }
+        }
+        counts
+    }
+
     /// Metrics and logs, once committed: a rolled-back batch is published again later.
-    fn report(&self, outcome: &BatchOutcome, answers: &Answers, elapsed: Duration) {
+    fn report(
+        &self,
+        events: &[PendingEvent],
+        outcome: &BatchOutcome,
+        answers: &Answers,
+        elapsed: Duration,
+    ) {
         let acked_at = Utc::now();
         for created_at in &answers.acked_created_at {
             // Insert time is the database's clock, now is ours: clamp skew at 0.
             metrics::delivered((acked_at - *created_at).to_std().unwrap_or_default());
         }
-        metrics::batch_finished(
-            &self.settings.message.topic,
-            outcome.published,
-            outcome.failed,
-            outcome.dead,
-            elapsed,
-        );
+        for (topic, counts) in self.count_by_topic(events, answers) {
+            metrics::published(topic, counts);
+        }
+        metrics::batch_finished(elapsed);
         if let Some(first) = answers.failures.first() {
             tracing::warn!(
                 claimed = outcome.claimed,

@@ -13,6 +13,8 @@ pub mod problem;
 pub mod readiness;
 pub mod secrets;
 mod signals;
+pub mod telemetry;
+pub mod trace;
 
 pub use database::DatabaseArgs;
 pub use logging::{LogFormat, LogTarget, LoggingError, init_logging};

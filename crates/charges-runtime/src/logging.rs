@@ -27,31 +27,49 @@ pub enum LogTarget {
 pub struct LoggingError(String);
 
 /// Installs the global subscriber: `RUST_LOG` filter (default `info`), text or JSON
-/// lines on `target`, every line passed through `redactor` (see [`crate::secrets`]).
+/// lines on `target`, every line passed through `redactor` (see [`crate::secrets`]), and
+/// span export as `service` when OpenTelemetry is configured ([`crate::telemetry`]).
 /// Colours only on a terminal and without `NO_COLOR`, so that files and collectors
 /// never receive escape codes. Fails if a subscriber is already installed.
 pub fn init_logging(
     format: LogFormat,
     redactor: Redactor,
     target: LogTarget,
+    service: &'static str,
 ) -> Result<(), LoggingError> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let terminal = match target {
         LogTarget::Stdout => std::io::stdout().is_terminal(),
         LogTarget::Stderr => std::io::stderr().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(move || -> Box<dyn std::io::Write> {
-            match target {
-                LogTarget::Stdout => Box::new(redactor.writer(std::io::stdout())),
-                LogTarget::Stderr => Box::new(redactor.writer(std::io::stderr())),
-            }
-        })
-        .with_ansi(terminal && std::env::var_os("NO_COLOR").is_none());
-    let result = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let writer = move || -> Box<dyn std::io::Write> {
+        match target {
+            LogTarget::Stdout => Box::new(redactor.writer(std::io::stdout())),
+            LogTarget::Stderr => Box::new(redactor.writer(std::io::stderr())),
+        }
     };
-    result.map_err(|e| LoggingError(e.to_string()))
+    let ansi = terminal && std::env::var_os("NO_COLOR").is_none();
+    let lines = match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(ansi)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(writer)
+            .with_ansi(ansi)
+            .boxed(),
+    };
+    let export = crate::telemetry::layer(service).map_err(|e| LoggingError(e.to_string()))?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .with(export)
+        .try_init()
+        .map_err(|e| LoggingError(e.to_string()))
 }

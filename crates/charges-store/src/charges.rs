@@ -40,14 +40,15 @@ RETURNING refunded_cents";
 /// rows published by then, and an event is published after its charge is created, so
 /// these charges' rows cannot have been deleted by any retention any relay ran with. A
 /// `ChargeCreated` an operator discarded (`outbox_discarded`) counts as accounted for.
-/// Runs on `outbox_aggregate_sequence_idx` and `outbox_discarded_aggregate_idx`.
+/// Runs on `outbox_aggregate_type_sequence_idx` and `outbox_discarded_aggregate_idx`.
 const COUNT_WITHOUT_OUTBOX: &str = "
 SELECT count(*) AS without_outbox FROM charges c
  WHERE c.created_at > now() - $1::float8 * interval '1 second'
    AND c.created_at > coalesce((SELECT deleted_published_through FROM outbox_retention_horizon),
                                '-infinity')
    AND NOT EXISTS (SELECT 1 FROM outbox o
-                    WHERE o.aggregate_id = c.id AND o.event_type = $2)
+                    WHERE o.aggregate_type = 'charge' AND o.aggregate_id = c.id
+                      AND o.event_type = $2)
    AND NOT EXISTS (SELECT 1 FROM outbox_discarded d
                     WHERE d.aggregate_id = c.id AND d.event_type = $2)";
 

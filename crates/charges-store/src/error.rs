@@ -20,7 +20,7 @@ pub const POOL_TIMEOUTS_METRIC: &str = "charges_db_pool_timeouts_total";
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no database connection could be obtained")]
-    Pool(deadpool_postgres::PoolError),
+    Pool(#[source] deadpool_postgres::PoolError),
     #[error("database statement failed")]
     Database(#[from] tokio_postgres::Error),
     #[error("applying migrations failed")]

@@ -36,7 +36,9 @@ pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
 pub use idempotency_keys::{
     IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
 };
-pub use outbox::{DeadEvent, NewEvent, OutboxStats, OutboxStore, PendingEvent, PublishFailure};
+pub use outbox::{
+    DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent, PublishFailure,
+};
 pub use pool::{PoolSettings, connect};
 pub use refunds::RefundStore;
 pub use tls::DatabaseTls;

@@ -9,8 +9,9 @@ use crate::StoreError;
 
 /// `OutboxInsert`
 pub const INSERT: &str = "
-INSERT INTO outbox (id, aggregate_id, event_type, sequence, payload, created_at)
-VALUES ($1, $2, $3, $4, $5, $6)";
+INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, sequence, data, created_at,
+                    trace_parent, trace_state, request_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 // The relay's statements. The claim is the batch transaction's row lock
 // (docs/design.md, "The relay").
@@ -24,8 +25,9 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
 /// Matches `outbox_pending_idx` (predicate and order).
 pub const CLAIM_PENDING: &str = "
-SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, created_at,
-       attempts, rejections
+SELECT id, aggregate_type, aggregate_id, event_type, sequence,
+       coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
+       trace_parent, trace_state, request_id
 FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
@@ -41,14 +43,16 @@ FOR UPDATE SKIP LOCKED";
 /// can only make it more careful: a predecessor published after the snapshot still
 /// counts as unpublished, and its successor waits for the next claim.
 pub const CLAIM_PENDING_ORDERED: &str = "
-SELECT o.id, o.aggregate_id, o.event_type, o.sequence, o.payload::text AS payload,
-       o.created_at, o.attempts, o.rejections
+SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.sequence,
+       coalesce(o.data, o.payload::text) AS payload, o.created_at, o.attempts, o.rejections,
+       o.trace_parent, o.trace_state, o.request_id
 FROM outbox o
 WHERE o.published_at IS NULL
   AND o.dead_at IS NULL
   AND o.next_attempt_at <= now()
   AND NOT EXISTS (SELECT 1 FROM outbox earlier
-                   WHERE earlier.aggregate_id = o.aggregate_id
+                   WHERE earlier.aggregate_type = o.aggregate_type
+                     AND earlier.aggregate_id = o.aggregate_id
                      AND earlier.sequence < o.sequence
                      AND earlier.published_at IS NULL)
 ORDER BY o.created_at
@@ -109,21 +113,23 @@ SELECT count(*) AS deleted FROM deleted";
 const DISCARD_DEAD_MANY: &str = "
 WITH gone AS (
     DELETE FROM outbox WHERE id = ANY($1) AND dead_at IS NOT NULL
-    RETURNING id, aggregate_id, event_type, sequence, payload, attempts, rejections,
-              last_error, created_at, dead_at
+    RETURNING id, aggregate_type, aggregate_id, event_type, sequence, payload, data, attempts,
+              rejections, last_error, created_at, dead_at
 )
-INSERT INTO outbox_discarded (id, aggregate_id, event_type, sequence, payload, attempts,
-                              rejections, last_error, created_at, dead_at, discarded_by)
-SELECT id, aggregate_id, event_type, sequence, payload, attempts, rejections, last_error,
-       created_at, dead_at, $2
+INSERT INTO outbox_discarded (id, aggregate_type, aggregate_id, event_type, sequence, payload,
+                              data, attempts, rejections, last_error, created_at, dead_at,
+                              discarded_by)
+SELECT id, aggregate_type, aggregate_id, event_type, sequence, payload, data, attempts,
+       rejections, last_error, created_at, dead_at, $2
   FROM gone
 RETURNING id";
 
 /// `OutboxListDead`: `$2` NULL lists every dead row, else those whose `last_error`
 /// is `LIKE $2`.
 const LIST_DEAD: &str = "
-SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, attempts,
-       rejections, last_error, created_at, dead_at
+SELECT id, aggregate_type, aggregate_id, event_type, sequence,
+       coalesce(data, payload::text) AS payload, attempts, rejections, last_error,
+       created_at, dead_at
 FROM outbox
 WHERE dead_at IS NOT NULL
   AND ($2::text IS NULL OR last_error LIKE $2::text)
@@ -132,8 +138,9 @@ LIMIT $1";
 
 /// `OutboxGetDeadMany`
 const GET_DEAD_MANY: &str = "
-SELECT id, aggregate_id, event_type, sequence, payload::text AS payload, attempts,
-       rejections, last_error, created_at, dead_at
+SELECT id, aggregate_type, aggregate_id, event_type, sequence,
+       coalesce(data, payload::text) AS payload, attempts, rejections, last_error,
+       created_at, dead_at
 FROM outbox
 WHERE dead_at IS NOT NULL
   AND id = ANY($1)
@@ -178,14 +185,29 @@ pub struct NewEvent<'a> {
     /// The event's place among its aggregate's events, assigned under the aggregate's
     /// row lock.
     pub sequence: i64,
-    pub payload: &'a serde_json::Value,
+    /// The payload exactly as it goes on the wire.
+    pub data: &'a str,
     pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Who wrote it: the request's W3C trace context and request id.
+    pub origin: &'a Origin,
+}
+
+/// The request an event came from: its W3C Trace Context (`traceparent` names the span
+/// that wrote the event) and its request id. Stored with the event; the relay sends
+/// them as Kafka headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub trace_parent: Option<String>,
+    pub trace_state: Option<String>,
+    pub request_id: Option<String>,
 }
 
 /// A row the relay claimed and must publish.
 #[derive(Debug, Clone)]
 pub struct PendingEvent {
     pub id: Uuid,
+    /// Routes it to a topic (`charge`, …).
+    pub aggregate_type: String,
     pub aggregate_id: Uuid,
     pub event_type: String,
     /// `None` only for rows written before migration V6.
@@ -197,6 +219,7 @@ pub struct PendingEvent {
     pub attempts: i32,
     /// Failed attempts the broker refused the message itself.
     pub rejections: i32,
+    pub origin: Origin,
 }
 
 /// A failed publish of one row, recorded by [`OutboxStore::record_failures`].
@@ -215,6 +238,7 @@ pub struct PublishFailure {
 #[derive(Debug, Clone)]
 pub struct DeadEvent {
     pub id: Uuid,
+    pub aggregate_type: String,
     pub aggregate_id: Uuid,
     pub event_type: String,
     pub sequence: Option<i64>,
@@ -230,6 +254,7 @@ impl DeadEvent {
     fn from_row(row: &tokio_postgres::Row) -> Result<DeadEvent, StoreError> {
         Ok(DeadEvent {
             id: row.try_get("id")?,
+            aggregate_type: row.try_get("aggregate_type")?,
             aggregate_id: row.try_get("aggregate_id")?,
             event_type: row.try_get("event_type")?,
             sequence: row.try_get("sequence")?,
@@ -255,11 +280,15 @@ impl OutboxStore {
                 &statement,
                 &[
                     &event.id,
+                    &event.event_type.aggregate_type(),
                     &event.aggregate_id,
                     &event.event_type.as_str(),
                     &event.sequence,
-                    event.payload,
+                    &event.data,
                     &event.created_at,
+                    &event.origin.trace_parent,
+                    &event.origin.trace_state,
+                    &event.origin.request_id,
                 ],
             )
             .await?;
@@ -299,6 +328,7 @@ impl OutboxStore {
             .map(|row| {
                 Ok(PendingEvent {
                     id: row.try_get("id")?,
+                    aggregate_type: row.try_get("aggregate_type")?,
                     aggregate_id: row.try_get("aggregate_id")?,
                     event_type: row.try_get("event_type")?,
                     sequence: row.try_get("sequence")?,
@@ -306,6 +336,11 @@ impl OutboxStore {
                     created_at: row.try_get("created_at")?,
                     attempts: row.try_get("attempts")?,
                     rejections: row.try_get("rejections")?,
+                    origin: Origin {
+                        trace_parent: row.try_get("trace_parent")?,
+                        trace_state: row.try_get("trace_state")?,
+                        request_id: row.try_get("request_id")?,
+                    },
                 })
             })
             .collect()
