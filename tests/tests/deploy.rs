@@ -491,7 +491,10 @@ fn readme_configuration_tables_match_the_binaries_help() {
         (
             "docs/consumers.md",
             "### Configuration (`charges-consumer`)",
-            Help::merged("charges-consumer", &[&["tail"]]),
+            Help::merged(
+                "charges-consumer",
+                &[&["tail"], &["parked", "list"], &["parked", "replay"]],
+            ),
             12,
         ),
     ] {
