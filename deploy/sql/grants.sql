@@ -9,8 +9,9 @@
 --   * INSERT … ON CONFLICT DO UPDATE needs INSERT, UPDATE on the SET columns and
 --     SELECT on the columns it reads;
 --   * UPDATE/DELETE … WHERE needs SELECT on the columns the WHERE reads;
---   * foreign-key checks and the outbox NOTIFY trigger need nothing more (the checks
---     run as the table owner; pg_notify is executable by PUBLIC).
+--   * foreign-key checks need nothing more (they run as the table owner), and
+--     pg_notify is executable by PUBLIC; but the outbox NOTIFY trigger runs as the
+--     role that inserts, so that role reads outbox_wakeup.
 
 -- ---------------------------------------------------------------------------------
 -- charges_api
@@ -33,8 +34,10 @@ GRANT UPDATE (refunded_cents, event_sequence) ON charges TO charges_api;
 -- RefundInsert, RefundListForCharge.
 GRANT SELECT, INSERT ON refunds TO charges_api;
 
--- OutboxInsert: the API writes events and never reads, changes or deletes them.
+-- OutboxInsert: the API writes events and never reads, changes or deletes them. Its
+-- trigger reads whether a relay waits for a notification.
 GRANT INSERT ON outbox TO charges_api;
+GRANT SELECT ON outbox_wakeup TO charges_api;
 
 -- /readyz compares the applied schema version with the binary's.
 GRANT SELECT ON refinery_schema_history TO charges_api;
@@ -66,6 +69,10 @@ GRANT SELECT, INSERT, UPDATE ON outbox_retention_horizon TO charges_relay;
 
 -- OutboxDiscardDeadMany (`dead discard`) keeps what it deleted; reconciliation reads it.
 GRANT SELECT, INSERT ON outbox_discarded TO charges_relay;
+
+-- OutboxWakeupEnsure, OutboxWakeupSet, OutboxWakeupGet: an idle relay asks for
+-- notifications, a busy one withdraws.
+GRANT SELECT, INSERT, UPDATE ON outbox_wakeup TO charges_relay;
 
 -- /readyz on --metrics-listen.
 GRANT SELECT ON refinery_schema_history TO charges_relay;

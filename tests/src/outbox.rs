@@ -74,3 +74,47 @@ pub async fn count_outbox(db: &TestDb, condition: &str) -> i64 {
         .unwrap_or_else(|e| panic!("count outbox rows where {condition}: {e}"))
         .get(0)
 }
+
+/// A LISTEN session: the channel of every notification, in the order they arrive
+/// (Postgres delivers them in commit order).
+pub struct Notifications {
+    _client: tokio_postgres::Client,
+    channels: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Notifications {
+    pub async fn listen(db: &TestDb, channels: &[&str]) -> Notifications {
+        let (client, mut connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .expect("connect the listener");
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message
+                    && sender.send(n.channel().to_owned()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        for channel in channels {
+            client
+                .batch_execute(&format!("LISTEN {channel}"))
+                .await
+                .expect("LISTEN");
+        }
+        Notifications {
+            _client: client,
+            channels: receiver,
+        }
+    }
+
+    /// The next notification's channel.
+    pub async fn next(&mut self) -> String {
+        tokio::time::timeout(crate::DEADLINE, self.channels.recv())
+            .await
+            .expect("no notification within the deadline")
+            .expect("the listener's connection ended")
+    }
+}

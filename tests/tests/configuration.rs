@@ -158,6 +158,11 @@ fn settings_that_only_break_together_are_refused_too() {
         ),
         (
             "charges-relay",
+            &["--poll-interval", "1s", "--busy-poll-interval", "2s"][..],
+            "--busy-poll-interval",
+        ),
+        (
+            "charges-relay",
             &["--ordering", "per-aggregate", "--message-key", "outbox-id"][..],
             "--ordering per-aggregate",
         ),

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 use charges_tests::kafka::read_to_end;
 use charges_tests::kafka::{Received, TestKafka};
-use charges_tests::outbox::{count_outbox, insert_pending, outbox_row};
+use charges_tests::outbox::{Notifications, count_outbox, insert_pending, outbox_row};
 use charges_tests::{
-    DEADLINE, Process, TestApi, TestDb, new_key, poll_within, relay_command, start_relay,
+    DEADLINE, Process, TestApi, TestDb, new_key, poll_until, poll_within, relay_command,
+    start_relay,
 };
 use uuid::Uuid;
 
@@ -674,6 +675,89 @@ async fn notifications_wake_the_relay_and_the_listener_reconnects() {
         &[&second],
         "a row inserted after the reconnect is published",
     )
+    .await;
+}
+
+/// The wake-up gate (migration V9): an insert notifies only while a relay asked for
+/// notifications. Postgres delivers notifications in commit order, so a marker sent
+/// after the insert committed arrives first exactly when the insert sent none.
+#[tokio::test]
+async fn an_insert_notifies_only_while_a_relay_asks_for_it() {
+    let db = TestDb::new().await;
+    let mut listener = Notifications::listen(&db, &["outbox_pending", "marker"]).await;
+    for requested in [false, true, false, true] {
+        db.client()
+            .execute("UPDATE outbox_wakeup SET requested = $1", &[&requested])
+            .await
+            .expect("set the flag");
+        insert_pending(&db, 1, 0).await;
+        db.client()
+            .batch_execute("NOTIFY marker")
+            .await
+            .expect("NOTIFY marker");
+        if requested {
+            assert_eq!(listener.next().await, "outbox_pending", "no wake-up sent");
+        }
+        assert_eq!(
+            listener.next().await,
+            "marker",
+            "requested = {requested}: the insert's notification"
+        );
+    }
+}
+
+async fn wakeup_requested(db: &TestDb) -> bool {
+    db.client()
+        .query_one("SELECT requested FROM outbox_wakeup", &[])
+        .await
+        .expect("read the wake-up flag")
+        .get(0)
+}
+
+/// An idle relay asks for notifications; one that finds rows withdraws the request
+/// and finds the next rows by looking again after the busy pause, with no
+/// notification; once that finds nothing it asks again.
+#[tokio::test]
+async fn an_idle_relay_asks_for_notifications_and_a_busy_one_withdraws() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let _relay = start_relay(
+        &db,
+        &kafka,
+        &[
+            "--poll-interval",
+            "1h",
+            "--busy-poll-interval",
+            "3s",
+            "--concurrency",
+            "1",
+        ],
+    )
+    .await;
+    let published = "SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE id = ANY($1)";
+    poll_until("the idle relay asks for notifications", async || {
+        wakeup_requested(&db).await.then_some(())
+    })
+    .await;
+
+    let woken = insert_pending(&db, 1, 0).await;
+    db.wait_for(published, &[&woken], "the notified row is published")
+        .await;
+    poll_until("the busy relay withdraws its request", async || {
+        (!wakeup_requested(&db).await).then_some(())
+    })
+    .await;
+
+    let unannounced = insert_pending(&db, 1, 0).await;
+    db.wait_for(
+        published,
+        &[&unannounced],
+        "a row that notified nobody is published",
+    )
+    .await;
+    poll_until("the relay, idle again, asks again", async || {
+        wakeup_requested(&db).await.then_some(())
+    })
     .await;
 }
 

@@ -111,10 +111,18 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=32))]
     pub concurrency: u32,
 
-    /// How often to look for rows when no notification arrives (fallback for lost
-    /// notifications, retries that became due, and a dropped LISTEN connection).
+    /// How often an idle relay looks for rows when no notification arrives (fallback
+    /// for lost notifications, retries that became due, and a dropped LISTEN
+    /// connection).
     #[arg(long, env = "RELAY_POLL_INTERVAL", default_value = "1s", value_parser = duration_within(Duration::from_millis(10), Duration::from_secs(86400)))]
     pub poll_interval: Duration,
+
+    /// While rows keep arriving (the last batch claimed some, but not a full batch),
+    /// look again after this pause. A busy relay asks for no notification, because a
+    /// NOTIFY makes the inserting transactions commit one at a time; an idle one does.
+    /// At most --poll-interval.
+    #[arg(long, env = "RELAY_BUSY_POLL_INTERVAL", default_value = "10ms", value_parser = duration_within(Duration::from_millis(1), Duration::from_secs(86400)))]
+    pub busy_poll_interval: Duration,
 
     /// Upper bound on one batch's delivery (`message.timeout.ms`); the claim
     /// transaction stays open at most this long plus a small margin.
@@ -225,6 +233,17 @@ impl Cli {
                     ),
                 ));
             }
+        }
+        if run.busy_poll_interval > run.poll_interval {
+            return Err(Cli::command().error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "--busy-poll-interval ({}) must not be longer than --poll-interval ({}): \
+                     a busy relay looks for rows at least as often as an idle one",
+                    humantime::format_duration(run.busy_poll_interval),
+                    humantime::format_duration(run.poll_interval)
+                ),
+            ));
         }
         if run.ordering == Ordering::PerAggregate && run.message_key == Some(MessageKey::OutboxId) {
             return Err(Cli::command().error(

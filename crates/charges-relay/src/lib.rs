@@ -14,6 +14,7 @@ pub mod listener;
 pub mod metrics;
 pub mod publish;
 pub mod relay;
+pub mod wakeup;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,8 @@ use crate::backoff::Backoff;
 use crate::broker::BrokerHealth;
 use crate::config::{Cli, Command, MessageKey, Ordering, RunArgs};
 use crate::publish::MessageSettings;
-use crate::relay::{Relay, RelaySettings, batch_loop};
+use crate::relay::{Pacing, Relay, RelaySettings, batch_loop};
+use crate::wakeup::WakeupRequest;
 
 /// Every secret on the command line, for the log redactor: the database password and
 /// the values of secret `--kafka-config` settings (`sasl.password`, …).
@@ -207,6 +209,7 @@ impl Workers {
             args.publish_timeout,
             shutdown.clone(),
         ));
+        let relay_pool = pool.clone();
         let relay = Arc::new(Relay::new(
             pool,
             producers,
@@ -214,13 +217,19 @@ impl Workers {
             broker,
             health.clone(),
         ));
+        let wakeup = Arc::new(WakeupRequest::new(relay_pool, args.poll_interval));
+        let pacing = Pacing {
+            poll_interval: args.poll_interval,
+            busy_poll_interval: args.busy_poll_interval,
+        };
         let mut loops = JoinSet::new();
         for _ in 0..args.concurrency {
             loops.spawn(batch_loop(
                 relay.clone(),
                 wake.clone(),
+                wakeup.clone(),
                 shutdown.clone(),
-                args.poll_interval,
+                pacing,
             ));
         }
         Ok(Workers {

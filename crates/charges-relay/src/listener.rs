@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charges_store::{DatabaseTls, OutboxStore};
+use charges_store::{DatabaseTls, OutboxStore, OutboxWakeupStore};
 use futures::StreamExt;
 use postgres_openssl::MakeTlsConnector;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -40,6 +40,8 @@ async fn listen(
         }
     };
     OutboxStore::listen(&client).await?;
+    // After a server crash the unlogged flag's row is gone; the loops write it again.
+    OutboxWakeupStore::ensure(&client).await?;
     // Rows committed while nobody listened got no wake-up of their own.
     wake.notify_one();
     Ok(Session {

@@ -14,6 +14,7 @@ use crate::backoff::Backoff;
 use crate::broker::BrokerHealth;
 use crate::failure::{FailureKind, PublishError};
 use crate::publish::{MessageSettings, Producers, publish_batch};
+use crate::wakeup::WakeupRequest;
 use crate::{RelayError, error_chain, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
@@ -281,17 +282,31 @@ impl Relay {
 /// The batch loops' name in `/readyz`.
 const BATCHES: &str = "relay batches";
 
-/// One of the `--concurrency` loops: batch after batch while batches come back full,
-/// otherwise wait for a notification, the poll interval or shutdown. Loops share the
-/// producer and the pool; `SKIP LOCKED` gives each batch disjoint rows, so while one
-/// loop waits for the broker's acknowledgements another claims and marks.
+/// When a batch loop looks for rows without being asked to.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing {
+    /// Idle: the fallback behind notifications.
+    pub poll_interval: Duration,
+    /// Busy (the last batch claimed rows, but not a full batch): no notification
+    /// comes, so the loop looks again after this pause.
+    pub busy_poll_interval: Duration,
+}
+
+/// One of the `--concurrency` loops: batch after batch while batches come back full;
+/// after a partial batch, the next one after the busy pause; after an empty one, it
+/// asks for a notification, looks once more, and waits for the notification, the
+/// poll interval or shutdown. Loops share the producer and the pool; `SKIP LOCKED`
+/// gives each batch disjoint rows, so while one loop waits for the broker's
+/// acknowledgements another claims and marks.
 pub async fn batch_loop(
     relay: Arc<Relay>,
     wake: Arc<Notify>,
+    wakeup: Arc<WakeupRequest>,
     mut shutdown: watch::Receiver<bool>,
-    poll_interval: Duration,
+    pacing: Pacing,
 ) {
     let mut consecutive_errors: u32 = 0;
+    let mut asked = false;
     while !*shutdown.borrow() {
         // During an outage: no claim, so no row lock and no UPDATE per row per retry.
         if !relay.health.is_available() {
@@ -306,10 +321,22 @@ pub async fn batch_loop(
             Ok(outcome) => {
                 consecutive_errors = 0;
                 relay.process.ok(BATCHES);
+                if outcome.claimed > 0 {
+                    wakeup.withdraw().await;
+                    asked = false;
+                }
                 if outcome.claimed == relay.settings().batch_size as usize {
                     continue;
                 }
-                poll_interval
+                if outcome.claimed > 0 {
+                    pacing.busy_poll_interval
+                } else if !asked {
+                    wakeup.ask().await;
+                    asked = true;
+                    continue;
+                } else {
+                    pacing.poll_interval
+                }
             }
             Err(e) => {
                 consecutive_errors = consecutive_errors.saturating_add(1);
@@ -322,7 +349,7 @@ pub async fn batch_loop(
                         .failed(BATCHES, consecutive_errors, error_chain(&e));
                 }
                 // Back off while the failures last, up to ten poll intervals.
-                poll_interval * consecutive_errors.min(10)
+                pacing.poll_interval * consecutive_errors.min(10)
             }
         };
         tokio::select! {

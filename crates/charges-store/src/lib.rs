@@ -2,7 +2,8 @@
 //!
 //! # Conventions
 //!
-//! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`),
+//! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`,
+//!   `outbox_wakeup`),
 //!   holding every statement that touches that table; the schema itself lives in the
 //!   workspace's top-level `migrations/`, embedded by refinery.
 //! - **Statements are constants** at the top of their module, each documented with a
@@ -25,6 +26,7 @@ mod error;
 pub mod idempotency_keys;
 pub mod migrations;
 pub mod outbox;
+mod outbox_wakeup;
 mod pool;
 pub mod refunds;
 mod replay_cache;
@@ -39,6 +41,7 @@ pub use idempotency_keys::{
 pub use outbox::{
     DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent, PublishFailure,
 };
+pub use outbox_wakeup::OutboxWakeupStore;
 pub use pool::{PoolSettings, connect};
 pub use refunds::RefundStore;
 pub use tls::DatabaseTls;

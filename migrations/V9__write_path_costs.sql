@@ -1,0 +1,31 @@
+-- What a new charge's transaction pays for, cut to what earns its keep (measured in
+-- docs/benchmarks.md, "Where a charge's time goes").
+--
+-- Rolling deploy: run this migration, then the relays, then the API. Relays built
+-- before V9 never ask for a wake-up, so until they are replaced no insert notifies
+-- and they find new rows by polling (--poll-interval) only.
+
+-- The wake-up gate. A NOTIFY takes a database-wide lock from its transaction's
+-- pre-commit until after the commit record is flushed, so transactions that notify
+-- commit one at a time: with the old trigger, which notified on every insert, a new
+-- charge ran at about half the speed it does without it. Now an insert notifies only
+-- while a relay asked for it (an idle relay); a busy relay withdraws its request and
+-- polls after --busy-poll-interval instead, and finds its rows without anyone's
+-- commit waiting for it. Unlogged: the flag is a hint, never a fact (a crash empties
+-- the table, relays fill it in again when they reconnect, and polling covers the
+-- gap), and flipping it writes no WAL.
+CREATE UNLOGGED TABLE outbox_wakeup (
+    singleton  BOOLEAN PRIMARY KEY DEFAULT true CHECK (singleton),
+    requested  BOOLEAN NOT NULL DEFAULT false
+);
+INSERT INTO outbox_wakeup DEFAULT VALUES;
+
+CREATE OR REPLACE FUNCTION outbox_notify_pending() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM outbox_wakeup WHERE requested) THEN
+        PERFORM pg_notify('outbox_pending', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
