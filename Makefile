@@ -47,10 +47,11 @@ fmt: ## Format everything.
 demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
 	@bash scripts/demo.sh
 
-bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench and jq.
+bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench, jq and gnuplot.
 	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
 	@command -v pgbench >/dev/null 2>&1 || { echo "installing pgbench"; apt-get install -y -qq postgresql-contrib >/dev/null; }
 	@command -v jq >/dev/null 2>&1 || { echo "installing jq"; apt-get install -y -qq jq >/dev/null; }
+	@command -v gnuplot >/dev/null 2>&1 || { echo "installing gnuplot"; apt-get install -y -qq gnuplot-nox >/dev/null; }
 
 bench: bench-deps ## Throughput and latency against floors measured in the same run (never part of make test).
 	@bash scripts/bench.sh

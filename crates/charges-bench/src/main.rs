@@ -30,7 +30,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the pgbench script of one `POST /charges` transaction.
-    PgbenchScript,
+    PgbenchScript {
+        /// The transaction as shipped, or with one thing done differently (the cost
+        /// table of make bench).
+        #[arg(long, value_enum, default_value_t = Variant::AsShipped)]
+        variant: Variant,
+    },
     /// Print the pgbench script of the relay's database work for one batch: the
     /// claim and the mark, the relay's own statements, with no Kafka in between.
     PgbenchRelayScript {
@@ -55,11 +60,23 @@ enum Command {
     },
 }
 
+/// What `pgbench-script` leaves out or does the old way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Variant {
+    AsShipped,
+    /// The reservation without `pg_try_advisory_xact_lock`.
+    NoAdvisoryLock,
+    /// No trace context or request id on the event.
+    NoTraceColumns,
+    /// The payload as `jsonb` in `payload`, as before V8.
+    PayloadJsonb,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::PgbenchScript => pgbench_script().map(|script| print!("{script}")),
+        Command::PgbenchScript { variant } => pgbench_script(variant).map(|script| print!("{script}")),
         Command::PgbenchRelayScript {
             batch_size,
             ordered,
@@ -95,11 +112,12 @@ fn bind(sql: &str, params: &[&str]) -> String {
     format!("{single_line};\n")
 }
 
-fn pgbench_script() -> Result<String, String> {
+fn pgbench_script(variant: Variant) -> Result<String, String> {
     let request = CreateCharge::new(4900, Some("EUR")).map_err(|e| e.to_string())?;
     let fingerprint = format!("'{}'", request.fingerprint());
-    // Distinct per client and transaction, like the API's fresh keys and v7 ids.
-    let key = "('bench-' || :client_id || '-' || :r)";
+    // Distinct per client and transaction, like the API's fresh keys (random UUIDs,
+    // as clients choose them) and ids.
+    let key = "md5('key-' || :client_id || '-' || :r)::uuid::text";
     let charge_id = "md5('charge-' || :client_id || '-' || :r)::uuid";
     let event_id = "md5('event-' || :client_id || '-' || :r)::uuid";
     let endpoint = "'/charges'";
@@ -107,18 +125,36 @@ fn pgbench_script() -> Result<String, String> {
     // floor down and flatter the ratio.
     let payload = "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'";
     let body = "'{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}'";
-    let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'::jsonb";
+    let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'";
     let ttl_ms = "86400000";
     let mut script = String::from("\\set r random(1, 9000000000000000000)\nBEGIN;\n");
-    script += &bind(
+    let mut reserve = bind(
         charges_store::idempotency_keys::RESERVE,
         &[key, endpoint, &fingerprint, ttl_ms],
     );
+    if variant == Variant::NoAdvisoryLock {
+        let lock = reserve
+            .find("pg_try_advisory_xact_lock(")
+            .ok_or("RESERVE takes no advisory lock")?;
+        let end = reserve[lock..]
+            .find(", 0))")
+            .ok_or("RESERVE's lock call has changed")?;
+        reserve.replace_range(lock..lock + end + ", 0))".len(), "true");
+    }
+    script += &reserve;
     script += &bind(
         charges_store::charges::INSERT,
         &[charge_id, "4900", "'EUR'", "now()", "NULL"],
     );
-    script += &bind(
+    // The API stores the request's trace and request id with every event.
+    let (trace_parent, request_id) = match variant {
+        Variant::NoTraceColumns => ("NULL", "NULL"),
+        _ => (
+            "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
+            "'3f1c2d9e-8a41-4b6c-9d2e-5a7b8c9d0e1f'",
+        ),
+    };
+    let mut insert = bind(
         charges_store::outbox::INSERT,
         &[
             event_id,
@@ -128,12 +164,17 @@ fn pgbench_script() -> Result<String, String> {
             "1",
             payload,
             "now()",
-            // The API stores the request's trace and request id with every event.
-            "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
+            trace_parent,
             "NULL",
-            "'3f1c2d9e-8a41-4b6c-9d2e-5a7b8c9d0e1f'",
+            request_id,
         ],
     );
+    if variant == Variant::PayloadJsonb {
+        insert = insert
+            .replacen(", data,", ", payload,", 1)
+            .replacen(payload, &format!("{payload}::jsonb"), 1);
+    }
+    script += &insert;
     script += &bind(
         charges_store::idempotency_keys::COMPLETE,
         &[key, endpoint, "201", location, body],
@@ -172,7 +213,7 @@ async fn produce(
         .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let rows = client
-        .query("SELECT id::text, payload::text FROM outbox", &[])
+        .query("SELECT id::text, coalesce(data, payload::text) FROM outbox", &[])
         .await
         .map_err(|e| e.to_string())?;
     let messages: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();

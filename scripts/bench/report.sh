@@ -1,0 +1,60 @@
+# The end of make bench: target/bench/latest.json (the machine, the settings, every
+# result), the table, and target/bench/scale.svg (throughput against table size).
+
+machine_json() {
+  local pg_settings
+  pg_settings=$(psql_on "$server_url" -c "
+    SELECT json_object_agg(name, setting || coalesce(unit, ''))
+      FROM pg_settings
+     WHERE name IN ('server_version', 'shared_buffers', 'synchronous_commit', 'wal_compression',
+                    'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'full_page_writes', 'work_mem')")
+  jq -n --arg cpu "$(nproc) cores, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)" \
+    --arg memory "$(free -g | awk '/Mem:/ {print $2}') GiB" --arg kernel "$(uname -r)" \
+    --argjson postgres "$pg_settings" '{cpu: $cpu, memory: $memory, kernel: $kernel, postgres: $postgres}'
+}
+
+plot_scale() {
+  local data="$out_dir/scale.dat"
+  jq -r 'select(.name == "scale" and .measure != "relay")
+         | [.measure, .rows, .req_per_s, .base_rows, .base_req_per_s] | @tsv' "$results" >"$data"
+  [ -s "$data" ] || return 0
+  if ! command -v gnuplot >/dev/null 2>&1; then
+    log "gnuplot missing (make bench-deps installs it): no plot"
+    return 0
+  fi
+  awk -F'\t' '$1 == "new_charges" { if (!b) print $4, $5; b = 1; print $2, $3 }' "$data" >"$out_dir/scale-new.dat"
+  awk -F'\t' '$1 == "replays" { if (!b) print $4, $5; b = 1; print $2, $3 }' "$data" >"$out_dir/scale-replays.dat"
+  gnuplot <<PLOT
+set terminal svg size 720,420 font "sans,12" background rgb "white"
+set output "$out_dir/scale.svg"
+set title "Throughput as the tables grow (8 clients, $(date -u +%F))"
+set logscale x
+set xlabel "rows in each of charges, outbox, idempotency_keys"
+set ylabel "requests/s"
+set yrange [0:*]
+set key bottom left
+set grid
+plot "$out_dir/scale-new.dat" using 1:2 with linespoints lw 2 pt 7 title "new charges", \
+     "$out_dir/scale-replays.dat" using 1:2 with linespoints lw 2 pt 5 title "replays (cache off)"
+PLOT
+}
+
+report() { # ELAPSED_SECONDS
+  jq -s --arg date "$(date -u +%FT%TZ)" --argjson machine "$(machine_json)" \
+    --argjson settings "$(jq -n --argjson seconds "$seconds" --argjson rounds "$rounds" \
+      --argjson backlog "$backlog" --argjson pool "${BENCH_POOL:-32}" --arg stages "$stages" \
+      '{seconds_per_run: $seconds, rounds: $rounds, backlog_rows: $backlog, api_pool: $pool, stages: $stages}')" \
+    --argjson elapsed "$1" \
+    '{date: $date, machine: $machine, settings: $settings, elapsed_seconds: $elapsed, results: .}' \
+    "$results" >"$out_dir/latest.json"
+  plot_scale
+  printf '\n%-40s | %-42s | %-42s | %s\n' "benchmark" "project" "floor (same run)" "ratio"
+  local a b c d
+  while IFS='|' read -r a b c d; do
+    if [[ "$a" == "## "* ]]; then printf '\n%s\n' "${a#\#\# }"; continue; fi
+    printf '%-40s | %-42s | %-42s | %s\n' "$a" "$b" "$c" "$d"
+  done <"$table"
+  printf '\n%s; JSON: %s/latest.json; plot: %s/scale.svg\n' \
+    "$(jq -r '"\(.machine.cpu), \(.machine.memory), PostgreSQL \(.machine.postgres.server_version)"' "$out_dir/latest.json")" \
+    "$out_dir" "$out_dir"
+}

@@ -1,0 +1,109 @@
+# Stage scale: the same work on tables of BENCH_SCALE_BASE rows (10 000, "empty")
+# and of 1 and 5 million rows per table (BENCH_SCALE_ROWS; BENCH_SCALE_20M=1 adds 20
+# million), in alternating rounds:
+#   - new charges (wrk, 8 clients, fresh random keys);
+#   - replays of BENCH_REPLAY_KEYS completed keys spread over the whole table, with
+#     the API's replay cache off so that each one reads its key's row;
+#   - at the largest size, the relays (2, defaults) draining BENCH_RELAY_ROWS new rows
+#     with the published rows behind them.
+# Rows are what a running system holds: charges, published events and completed keys
+# of the last 23 hours (fill.sql), settled; every run starts right after a checkpoint,
+# when an insert's first change to a page writes the whole page to the WAL.
+
+scale_keys() { # FILE ROWS: BENCH_REPLAY_KEYS keys of the fill, evenly spread over 1..ROWS
+  local file=$1 rows=$2 n=${BENCH_REPLAY_KEYS:-10000}
+  psql_on "$server_url" -c "SELECT md5('k' || (1 + (i - 1) * ($rows / $n)))::uuid FROM generate_series(1, $n) i" >"$file"
+}
+
+# scale_run URL KEYS_FILE → "new_rps new_p99 replay_rps replay_p99 errors"
+scale_run() {
+  local target=$1 keys=$2 new rep
+  settle "$target"
+  start_api "$target" --replay-cache-entries 0
+  new=$(run_wrk 8 scripts/bench/new_charges.lua)
+  rep=$(run_wrk 8 scripts/bench/replay_keys.lua BENCH_KEYS_FILE="$keys")
+  stop_api
+  awk -v n="$new" -v r="$rep" 'BEGIN { split(n, a, " "); split(r, b, " ");
+    printf "%s %s %s %s %d\n", a[1], a[3], b[1], b[3], a[4] + b[4] }'
+}
+
+stage_scale() {
+  local base="${BENCH_SCALE_BASE:-10000}" sizes="${BENCH_SCALE_ROWS:-1000000 5000000}"
+  [ "${BENCH_SCALE_20M:-0}" = 1 ] && sizes="$sizes 20000000"
+  local largest=${sizes##* } base_url big_url filled size round base_runs big_runs
+  base_url=$(new_database charges_bench_base)
+  big_url=$(new_database charges_bench_big)
+  fill "$base_url" project 1 "$base"
+  scale_keys "$out_dir/keys-base.txt" "$base"
+  filled=0
+  section "as the tables grow: vs $base rows (target ≥ 0.9 at the largest size)"
+  for size in $sizes; do
+    log "scale: filling to $size rows per table"
+    fill "$big_url" project $(( filled + 1 )) "$size" "$largest"
+    filled=$size
+    scale_keys "$out_dir/keys-big.txt" "$size"
+    base_runs=(); big_runs=()
+    for round in $(seq 1 "$rounds"); do
+      log "scale, $size rows, round $round/$rounds: $base rows"
+      base_runs+=("$(scale_run "$base_url" "$out_dir/keys-base.txt")")
+      log "scale, $size rows, round $round/$rounds: $size rows"
+      big_runs+=("$(scale_run "$big_url" "$out_dir/keys-big.txt")")
+    done
+    scale_report "$size" "$base"
+  done
+  scale_relay "$base_url" "$big_url" "$largest" "$base"
+  scale_sizes "$big_url" "$largest"
+}
+
+# scale_report SIZE BASE: medians of base_runs and big_runs, per measure.
+scale_report() {
+  local size=$1 base=$2 col name b g r p99 target
+  for col in 1 3; do
+    name=new_charges; [ "$col" = 3 ] && name=replays
+    b=$(printf '%s\n' "${base_runs[@]}" | awk -v c="$col" '{print $c}' | median)
+    g=$(printf '%s\n' "${big_runs[@]}" | awk -v c="$col" '{print $c}' | median)
+    p99=$(printf '%s\n' "${big_runs[@]}" | awk -v c="$col" -v m="$g" '$c == m {print $(c + 1); exit}')
+    r=$(ratio "$g" "$b")
+    target=""; [ "$size" = "${sizes##* }" ] && target=" $(verdict "$r" 0.9)"
+    row "  ${name//_/ }, $size rows|$g req/s p99 ${p99}ms|$base rows: $b req/s|$r$target"
+    record scale measure="$name" rows="$size" base_rows="$base" clients=8 rounds="$rounds" req_per_s="$g" \
+      p99_ms="$p99" base_req_per_s="$b" ratio="$r" \
+      req_per_s_rounds="$(printf '%s\n' "${big_runs[@]}" | awk -v c="$col" '{print $c}' | firsts)" \
+      base_req_per_s_rounds="$(printf '%s\n' "${base_runs[@]}" | awk -v c="$col" '{print $c}' | firsts)" \
+      errors="$(printf '%s\n' "${base_runs[@]}" "${big_runs[@]}" | awk '{s += $5} END {print s + 0}')"
+  done
+}
+
+# scale_relay BASE_URL BIG_URL SIZE BASE: 2 relays draining new rows on each, alternating.
+scale_relay() {
+  local base_url=$1 big_url=$2 size=$3 base=$4 round b_runs=() g_runs=() secs b g r
+  [ -n "${brokers:-}" ] || start_kafka
+  for round in $(seq 1 "$rounds"); do
+    for target in "$base_url" "$big_url"; do
+      log "scale, relay round $round/$rounds: $relay_rows new rows on $([ "$target" = "$base_url" ] && echo "$base" || echo "$size") rows"
+      add_pending "$target"
+      secs=$(drain "$target" 2)
+      if [ "$target" = "$base_url" ]; then b_runs+=("$secs"); else g_runs+=("$secs"); fi
+      psql_on "$target" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
+    done
+  done
+  b=$(awk -v n="$relay_rows" -v s="$(printf '%s\n' "${b_runs[@]}" | sort -rn | median)" 'BEGIN { printf "%.1f", n / s }')
+  g=$(awk -v n="$relay_rows" -v s="$(printf '%s\n' "${g_runs[@]}" | sort -rn | median)" 'BEGIN { printf "%.1f", n / s }')
+  r=$(ratio "$g" "$b")
+  row "  relay (2), $size rows behind|$g events/s|$base rows: $b events/s|$r $(verdict "$r" 0.9)"
+  record scale measure=relay rows="$size" base_rows="$base" workers=2 rounds="$rounds" events_per_s="$g" \
+    base_events_per_s="$b" ratio="$r" drain_seconds_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${g_runs[@]}")")]" \
+    base_drain_seconds_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${b_runs[@]}")")]"
+}
+
+# scale_sizes URL SIZE: each table's and index's size at the largest size, against
+# shared_buffers (what stays hot decides what a write costs).
+scale_sizes() {
+  local sizes_json
+  sizes_json=$(psql_on "$1" -c "
+    SELECT json_object_agg(relname, pg_relation_size(oid) / 1048576)
+      FROM pg_class
+     WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'i')
+       AND relname ~ '^(charges|outbox|idempotency_keys)'")
+  record relation_sizes_mib rows="$2" shared_buffers="$(psql_on "$1" -c 'SHOW shared_buffers')" sizes="$sizes_json"
+}
