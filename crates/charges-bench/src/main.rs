@@ -76,7 +76,9 @@ enum Variant {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::PgbenchScript { variant } => pgbench_script(variant).map(|script| print!("{script}")),
+        Command::PgbenchScript { variant } => {
+            pgbench_script(variant).map(|script| print!("{script}"))
+        }
         Command::PgbenchRelayScript {
             batch_size,
             ordered,
@@ -170,9 +172,11 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
         ],
     );
     if variant == Variant::PayloadJsonb {
-        insert = insert
-            .replacen(", data,", ", payload,", 1)
-            .replacen(payload, &format!("{payload}::jsonb"), 1);
+        insert = insert.replacen(", data,", ", payload,", 1).replacen(
+            payload,
+            &format!("{payload}::jsonb"),
+            1,
+        );
     }
     script += &insert;
     script += &bind(
@@ -213,7 +217,10 @@ async fn produce(
         .map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let rows = client
-        .query("SELECT id::text, coalesce(data, payload::text) FROM outbox", &[])
+        .query(
+            "SELECT id::text, coalesce(data, payload::text) FROM outbox",
+            &[],
+        )
         .await
         .map_err(|e| e.to_string())?;
     let messages: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
