@@ -143,3 +143,16 @@ start_kafka() {
   read -r line <&"${KAFKA[0]}"
   brokers="${line#bootstrap=}"
 }
+
+# drained URL SECONDS: waits until no row is pending, from inside the server (one
+# session, a cheap probe of the pending index every 50 ms): polling from here with a
+# new psql each time, and a count that the planner runs as a parallel scan, took a
+# tenth of the CPU the relays compete for. Fails after SECONDS.
+drained() {
+  PGOPTIONS="-c statement_timeout=${2}s" psql_on "$1" -c "
+    DO \$\$ BEGIN
+      WHILE EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL AND dead_at IS NULL) LOOP
+        PERFORM pg_sleep(0.05);
+      END LOOP;
+    END \$\$" >/dev/null 2>&1
+}

@@ -43,9 +43,7 @@ drain() {
       >>"$out_dir/relay.log" 2>&1 &
     relay_pids+=($!); pids+=($!)
   done
-  # Bounded, so that a relay that fails to start stops the bench instead of hanging it.
-  wait_until 600 "the relays to publish every row (log: $out_dir/relay.log)" sql_is "$target" 0 \
-    "SELECT count(*) FROM outbox WHERE published_at IS NULL"
+  drained "$target" 600 || { echo "bench: rows left pending (log: $out_dir/relay.log)" >&2; exit 1; }
   psql_on "$target" -c "SELECT round((extract(epoch FROM max(published_at)) - $started)::numeric, 3) FROM outbox"
   stop_pids "${relay_pids[@]}"
 }
