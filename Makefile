@@ -5,7 +5,7 @@ export DATABASE_URL
 # Tests print a short panic message; set RUST_BACKTRACE=1 yourself to dig in.
 export RUST_BACKTRACE ?= 0
 
-.PHONY: help deps bench-deps build release test chaos lint lint-alerts fmt demo bench soak kafka-mock clean
+.PHONY: help deps bench-deps build release image test chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -19,12 +19,24 @@ build: deps ## Debug build of every binary (the tests start them).
 release: deps ## target/release/charges-api and target/release/charges-relay.
 	cargo build --release --bins
 
-test: build ## Every test, against the Postgres at DATABASE_URL (each test makes its own database).
-	cargo fmt --all -- --check
-	cargo nextest run --workspace
+# The container engine (podman here, docker where one answers; docs/development.md).
+CONTAINERS := bash scripts/containers.sh
+# make test's second run, with Postgres and the broker in containers of each test's own.
+CONTAINER_MODE_TESTS := binary(api) | binary(consumer) | (binary(relay) & test(=a_created_charge_is_published_once_with_its_headers))
 
-chaos: build ## Every fault-injection scenario, the slow ones too (tests/tests/chaos.rs; make test runs the fast ones).
-	cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | test(/^slow_/)'
+image: release ## The application image (deploy/Dockerfile) as deploy/images.env names it.
+	$(CONTAINERS) deps
+	$(CONTAINERS) image
+
+test: build image ## Every test against DATABASE_URL, then some in container mode, the compose demo; no container left.
+	cargo fmt --all -- --check
+	$(CONTAINERS) with-socket cargo nextest run --workspace
+	$(CONTAINERS) with-socket env TEST_SERVICES=containers cargo nextest run -p charges-tests -E '$(CONTAINER_MODE_TESTS)'
+	$(CONTAINERS) with-socket bash scripts/compose-demo.sh
+	$(CONTAINERS) leaks
+
+chaos: build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs; make test runs the fast ones).
+	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | binary(network_faults) | test(/^slow_/)'
 
 lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
 	cargo fmt --all -- --check
@@ -46,6 +58,9 @@ fmt: ## Format everything.
 
 demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
 	@bash scripts/demo.sh
+
+compose-demo: image ## deploy/docker-compose.yml up in containers, one charge applied once, then down.
+	@$(CONTAINERS) with-socket bash scripts/compose-demo.sh
 
 bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench, jq and gnuplot.
 	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }

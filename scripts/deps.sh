@@ -88,5 +88,6 @@ if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('schema
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "schemathesis==$schemathesis_version"
 fi
 
+bash "$(dirname "$0")/containers.sh" deps  # podman, compose, local images (or a Docker engine's)
 ensure_postgres
 mkdir -p "$(dirname "$stamp")" && touch "$stamp"

@@ -1,6 +1,7 @@
 //! A Kafka for one test: a topic of its own on librdkafka's in-process mock cluster, on
-//! a tansu broker of the test's own ([`TestKafka::tansu`]), or on the real broker at
-//! `KAFKA_BROKERS` when that is set. Read back with a consumer that `assign()`s every
+//! a tansu broker of the test's own ([`TestKafka::tansu`]), on a broker container of the
+//! test's own with `TEST_SERVICES=containers` ([`crate::containers::broker`]), or on the
+//! real broker at `KAFKA_BROKERS` when that is set. Read back with a consumer that `assign()`s every
 //! partition from the beginning (no consumer group, so no rebalance wait).
 //!
 //! Outages ([`TestKafka::refuse`], [`TestKafka::hang`], [`TestKafka::restore`]) work on
@@ -36,6 +37,9 @@ enum Broker {
     Tansu(Box<TestTansu>),
     /// `KAFKA_BROKERS`: someone else's, no fault injection.
     External,
+    /// A container of the test's own (`TEST_SERVICES=containers`), no fault injection;
+    /// held to be removed with the topic.
+    Container(#[allow(dead_code)] crate::containers::Held),
 }
 
 /// One topic for one test. Keep it alive for as long as any client (the relay
@@ -55,12 +59,17 @@ pub enum BrokerKind {
 }
 
 impl TestKafka {
-    /// A fresh topic with `partitions` partitions: on `KAFKA_BROKERS` when set, else
-    /// on librdkafka's mock cluster.
+    /// A fresh topic with `partitions` partitions: on `KAFKA_BROKERS` when set, else on
+    /// a broker container with `TEST_SERVICES=containers`, else on librdkafka's mock
+    /// cluster.
     pub async fn new(partitions: i32) -> TestKafka {
         match std::env::var("KAFKA_BROKERS") {
             Ok(bootstrap) if !bootstrap.is_empty() => {
                 Self::on_real_broker(Broker::External, bootstrap, partitions).await
+            }
+            _ if crate::containers::requested() => {
+                let (container, bootstrap) = crate::containers::broker().await;
+                Self::on_real_broker(Broker::Container(container), bootstrap, partitions).await
             }
             _ => {
                 let topic = new_topic_name();
@@ -90,6 +99,12 @@ impl TestKafka {
             BrokerKind::Mock => Self::new(partitions).await,
             BrokerKind::Tansu => Self::tansu(partitions).await,
         }
+    }
+
+    /// A fresh topic on the broker at `bootstrap`, which someone else runs (a container
+    /// of the test's, for example): no fault injection.
+    pub async fn on(bootstrap: String, partitions: i32) -> TestKafka {
+        Self::on_real_broker(Broker::External, bootstrap, partitions).await
     }
 
     async fn on_real_broker(broker: Broker, bootstrap: String, partitions: i32) -> TestKafka {
@@ -135,7 +150,9 @@ impl TestKafka {
         match &self.broker {
             Broker::Mock(mock) => mock.broker_down(1).expect("mock broker down"),
             Broker::Tansu(tansu) => tansu.proxy.refuse(),
-            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+            Broker::External | Broker::Container(_) => {
+                panic!("no fault injection on KAFKA_BROKERS or a broker container")
+            }
         }
     }
 
@@ -152,7 +169,9 @@ impl TestKafka {
                 .broker_round_trip_time(1, Duration::from_secs(10))
                 .expect("mock broker rtt"),
             Broker::Tansu(tansu) => tansu.hang(),
-            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+            Broker::External | Broker::Container(_) => {
+                panic!("no fault injection on KAFKA_BROKERS or a broker container")
+            }
         }
     }
 
@@ -168,7 +187,9 @@ impl TestKafka {
                 tansu.resume();
                 tansu.proxy.pass();
             }
-            Broker::External => panic!("no fault injection on KAFKA_BROKERS"),
+            Broker::External | Broker::Container(_) => {
+                panic!("no fault injection on KAFKA_BROKERS or a broker container")
+            }
         }
     }
 

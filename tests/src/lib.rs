@@ -2,12 +2,15 @@
 //! processes. Tests never mock Postgres.
 //!
 //! The database server is `DATABASE_URL` (any database on it; each test creates and
-//! drops its own). The binaries are the ones `cargo build --bins` put next to this test
+//! drops its own), or with `TEST_SERVICES=containers` a Postgres container of the test's
+//! own ([`containers`]). The binaries are the ones `cargo build --bins` put next to this test
 //! executable (`make test` builds them first).
 
 pub mod chaos;
 pub mod cluster;
+pub mod containers;
 pub mod kafka;
+pub mod manifests;
 pub mod metrics;
 pub mod otlp;
 pub mod outbox;
@@ -76,10 +79,20 @@ pub struct TestDb {
     pub url: String,
     admin_url: String,
     client: tokio_postgres::Client,
+    /// The Postgres container the database lives on, with `TEST_SERVICES=containers`.
+    container: Option<containers::Held>,
 }
 
 impl TestDb {
+    /// On `DATABASE_URL`, or on a Postgres container of its own with
+    /// `TEST_SERVICES=containers`.
     pub async fn new() -> TestDb {
+        if containers::requested() {
+            let (container, url) = containers::postgres().await;
+            let mut db = Self::new_on(&url).await;
+            db.container = Some(container);
+            return db;
+        }
         Self::new_on(&server_url()).await
     }
 
@@ -110,6 +123,7 @@ impl TestDb {
             url,
             admin_url,
             client,
+            container: None,
         }
     }
 
@@ -188,6 +202,10 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        if self.container.is_some() {
+            // The container, and the database with it, is removed next.
+            return;
+        }
         let admin_url = self.admin_url.clone();
         let name = self.name.clone();
         let dropped = block_on_own_runtime(async move {

@@ -3,48 +3,13 @@
 //! ports and paths the binaries serve; the manifests validate against the Kubernetes
 //! schemas (kubernetes-validate); every flag and environment variable that the
 //! manifests, deploy/docker-compose.yml and the README's configuration tables name is in
-//! the binary's `--help`. (No cluster or container engine here: this is what can be
-//! checked without one.)
+//! the binary's `--help`. (What can be checked without running them; containers.rs and
+//! `make compose-demo` run them.)
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use charges_tests::manifests::{documents, kustomization_entries, repo};
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Every YAML document in `path`.
-fn documents(path: &Path) -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    serde_norway::Deserializer::from_str(&text)
-        .map(|document| {
-            Value::deserialize(document).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
-        })
-        .filter(|document| !document.is_null())
-        .collect()
-}
-
-fn kustomization_entries(dir: &Path) -> Vec<PathBuf> {
-    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
-    let mut entries = Vec::new();
-    for resource in kustomization["resources"].as_array().into_iter().flatten() {
-        entries.push(dir.join(resource.as_str().expect("resource path")));
-    }
-    for generator in kustomization["configMapGenerator"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        for file in generator["files"].as_array().into_iter().flatten() {
-            entries.push(dir.join(file.as_str().expect("file path")));
-        }
-    }
-    entries
-}
 
 #[test]
 fn every_manifest_parses_and_every_kustomization_entry_exists() {
@@ -136,7 +101,7 @@ fn probes_and_grace_periods_match_the_binaries() {
 /// fail; kustomization.yaml is kustomize's, not a Kubernetes object, and is skipped.
 #[test]
 fn k8s_manifests_validate_against_the_kubernetes_schemas() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/k8s"))
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(repo().join("deploy/k8s"))
         .expect("deploy/k8s")
         .map(|entry| entry.expect("dir entry").path())
         .filter(|path| path.extension().and_then(|e| e.to_str()) == Some("yaml"))
@@ -334,29 +299,42 @@ fn k8s_env_names_and_flags_exist_in_the_binaries_help() {
     }
 }
 
-/// deploy/docker-compose.yml (for people with Docker; not runnable here): the
-/// services exist, the application services run the image's binaries, and every
-/// environment variable and flag they get is one the binary documents.
+/// `${NAME:-default}` → `(NAME, default)`.
+fn env_default(value: &str) -> Option<(&str, &str)> {
+    value
+        .strip_prefix("${")?
+        .strip_suffix('}')?
+        .split_once(":-")
+}
+
+/// deploy/docker-compose.yml (`make compose-demo` runs it): the services exist, their
+/// images are `${POSTGRES_IMAGE|BROKER_IMAGE|CHARGES_IMAGE:-upstream}` with the upstream
+/// image of deploy/images.env as the default, the application services run the image's
+/// binaries, and every environment variable and flag they get is one the binary documents.
 #[test]
 fn docker_compose_services_and_settings_match_the_binaries() {
     let compose = &documents(&repo().join("deploy/docker-compose.yml"))[0];
     let services = compose["services"].as_object().expect("services");
-    for name in ["postgres", "kafka", "migrate", "api", "relay"] {
+    for name in [
+        "postgres", "kafka", "topic", "migrate", "api", "relay", "consumer",
+    ] {
         assert!(services.contains_key(name), "no service {name}");
     }
-    assert!(
-        compose["services"]["postgres"]["image"]
-            .as_str()
-            .is_some_and(|i| i.starts_with("postgres:16")),
-        "postgres:16"
-    );
+    let images = std::fs::read_to_string(repo().join("deploy/images.env")).expect("images.env");
     let mut checked = 0;
     for (name, service) in services {
+        let image = service["image"].as_str().expect("an image");
+        let (variable, default) = env_default(image)
+            .unwrap_or_else(|| panic!("{name}: image {image} is not ${{VAR:-default}}"));
+        let what = variable.strip_suffix("_IMAGE").expect("a *_IMAGE variable");
+        assert!(
+            images
+                .lines()
+                .any(|l| l == format!("docker_{what}_IMAGE={default}")),
+            "{name}: {default} is not deploy/images.env's docker_{what}_IMAGE"
+        );
         // The image's ENTRYPOINT is charges-api; `entrypoint` replaces it.
-        let Some(image) = service["image"].as_str() else {
-            continue;
-        };
-        if !image.starts_with("charges") {
+        if variable != "CHARGES_IMAGE" {
             continue;
         }
         assert!(
@@ -387,7 +365,7 @@ fn docker_compose_services_and_settings_match_the_binaries() {
         }
         checked += 1;
     }
-    assert!(checked >= 3, "only {checked} application services");
+    assert!(checked >= 4, "only {checked} application services");
     let api = &compose["services"]["api"];
     assert_eq!(
         api["depends_on"]["migrate"]["condition"],
@@ -522,10 +500,12 @@ fn readme_configuration_tables_match_the_binaries_help() {
     }
 }
 
-/// The image cannot be built here (no container engine), so its recipe is checked:
-/// a builder and a slim runtime stage, the builder installs what scripts/deps.sh
-/// installs for librdkafka, every binary is built and copied, the runtime runs as a
-/// non-root user, and it carries every shared library the binaries really link.
+/// The recipe of deploy/Dockerfile (the `runtime-from-host` path is built and run by
+/// `make image` and tests/tests/containers.rs; the builder stage needs a registry): a
+/// builder, a runtime base on slim Debian by default, the two runtime targets; the
+/// builder installs what scripts/deps.sh installs for librdkafka, every binary is
+/// built and copied (or taken from the host), the runtime runs as a non-root user, and
+/// it carries every shared library the binaries really link.
 #[test]
 fn the_dockerfile_builds_every_binary_into_a_slim_non_root_image() {
     let text =
@@ -535,17 +515,32 @@ fn the_dockerfile_builds_every_binary_into_a_slim_non_root_image() {
         .filter(|l| !l.trim_start().starts_with('#'))
         .map(|l| format!("{l}\n"))
         .collect();
-    let stages: Vec<&str> = code.split("FROM ").skip(1).collect();
-    assert_eq!(stages.len(), 2, "a builder and a runtime stage");
+    let stages: Vec<&str> = code.split("\nFROM ").skip(1).collect();
+    assert_eq!(
+        stages.len(),
+        4,
+        "builder, runtime base, runtime-from-host, runtime"
+    );
     let (builder, runtime) = (stages[0], stages[1]);
     assert!(
         builder.contains(" AS builder"),
         "first stage is the builder"
     );
     assert!(
-        runtime.starts_with("debian:") && runtime.contains("-slim"),
-        "slim runtime"
+        runtime.starts_with("${RUNTIME_BASE} AS runtime-base")
+            && code.contains("ARG RUNTIME_BASE=debian:bookworm-slim"),
+        "runtime on slim Debian by default"
     );
+    assert!(stages[2].starts_with("runtime-base AS runtime-from-host"));
+    assert!(
+        stages[3].starts_with("runtime-base AS runtime") && stages[3].contains("--from=builder")
+    );
+    for binary in ["charges-api", "charges-relay", "charges-consumer"] {
+        assert!(
+            stages[2].contains(binary),
+            "runtime-from-host copies {binary}"
+        );
+    }
     let deps = std::fs::read_to_string(repo().join("scripts/deps.sh")).expect("deps.sh");
     for package in ["cmake", "libcurl4-openssl-dev"] {
         assert!(

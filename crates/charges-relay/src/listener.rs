@@ -86,6 +86,7 @@ pub async fn start(
         .map_err(charges_store::StoreError::DatabaseUrl)?;
     config.application_name("charges-relay-listener");
     config.connect_timeout(Duration::from_secs(5));
+    charges_store::detect_dead_peers(&mut config);
     let tls = if DatabaseTls::required_by(&config) {
         Some(tls.connector()?)
     } else {

@@ -33,6 +33,9 @@ pub fn producer(
         .set("client.id", "charges-relay")
         .set("enable.idempotence", "true")
         .set("acks", "all")
+        // A broker connection whose peer vanished (a partition) is noticed by TCP too,
+        // not only by librdkafka's request timeouts.
+        .set("socket.keepalive.enable", "true")
         .set(
             "message.timeout.ms",
             publish_timeout.as_millis().max(1).to_string(),

@@ -42,7 +42,7 @@ pub use outbox::{
     DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent, PublishFailure,
 };
 pub use outbox_wakeup::OutboxWakeupStore;
-pub use pool::{PoolSettings, connect};
+pub use pool::{PoolSettings, connect, detect_dead_peers};
 pub use refunds::RefundStore;
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;

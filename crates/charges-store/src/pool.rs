@@ -33,6 +33,28 @@ impl Default for PoolSettings {
     }
 }
 
+/// TCP keepalive: an idle connection whose peer vanished (a network partition, a host
+/// gone without a FIN) is found dead after about `IDLE + RETRIES × INTERVAL` = 25 s.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+/// `TCP_USER_TIMEOUT`: data sent but not acknowledged for this long ends the connection
+/// (the kernel's own retransmission limit is about 15 minutes).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Makes a connection notice a dead peer by itself (docs/operations.md, "Network
+/// partitions"): without this a partitioned session waits on the kernel's defaults,
+/// two hours idle or about 15 minutes with data in flight. The server ends the
+/// partitioned session's transaction on its side (`idle_in_transaction_session_timeout`).
+pub fn detect_dead_peers(config: &mut tokio_postgres::Config) {
+    config
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
+}
+
 /// Builds the pool and takes one connection, so that a wrong URL or a database that is
 /// down fails start-up instead of the first request (creating a deadpool never fails).
 pub async fn connect(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError> {
@@ -45,6 +67,7 @@ fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError
     let mut pg: tokio_postgres::Config = database_url.parse().map_err(StoreError::DatabaseUrl)?;
     pg.application_name(&settings.application_name);
     pg.connect_timeout(settings.acquire_timeout);
+    detect_dead_peers(&mut pg);
     pg.options(format!(
         "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
         settings.statement_timeout.as_millis(),
