@@ -65,6 +65,14 @@ deps() {
     # Compose v1 (Python) speaks the Docker API, so it drives podman's socket here and a
     # Docker engine elsewhere with the same file (docs/operations.md, Deploying).
     command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+    # Installed without recommends (below), so the network stack containers.conf names
+    # (netavark, with aardvark-dns for names on compose's bridge networks), the init of
+    # kube play's pause containers (catatonit) and iptables for published ports are
+    # asked for by name.
+    [ -x /usr/lib/podman/netavark ] || need+=(netavark)
+    [ -x /usr/lib/podman/aardvark-dns ] || need+=(aardvark-dns)
+    [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null 2>&1 || need+=(catatonit)
+    command -v iptables >/dev/null 2>&1 || need+=(iptables)
     if [ ${#need[@]} -gt 0 ]; then
       echo "containers: installing ${need[*]}"
       $sudo_cmd apt-get update -qq
@@ -135,7 +143,7 @@ images() {
     # An imported file system has no configuration: PATH as Debian's images set it.
     tar -C "$dir" -c . | podman import --change "LABEL charges.recipe=$recipe" \
       --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-      --change 'CMD ["bash"]' - "$base" >/dev/null 2>&1
+      --change 'CMD ["bash"]' - "$base" >/dev/null
     rm -rf "$dir" "$dir.log"
   fi
   build_local "$(image POSTGRES)" "$root/deploy/podman/postgres.Containerfile" \
