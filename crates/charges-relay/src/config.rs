@@ -182,9 +182,9 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = duration_at_least(Duration::from_secs(1)))]
     pub stale_started_after: Duration,
 
-    /// librdkafka producer settings, applied after the relay's own
-    /// (bootstrap.servers, enable.idempotence=true, acks=all, message.timeout.ms), so they
-    /// can override them; e.g. security.protocol=SSL.
+    /// librdkafka producer settings, applied after the relay's own (bootstrap.servers,
+    /// enable.idempotence=true, acks=all, linger.ms=0, message.timeout.ms), so they can
+    /// override them; e.g. security.protocol=SSL.
     #[command(flatten)]
     pub kafka: KafkaConfigArgs,
 
