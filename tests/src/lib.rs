@@ -141,6 +141,37 @@ impl TestDb {
         &self.client
     }
 
+    /// Takes the newest migration out of refinery's history, as if the schema were one
+    /// version behind this build; returns its row for [`TestDb::restore_migration`].
+    pub async fn forget_latest_migration(&self) -> tokio_postgres::Row {
+        self.client
+            .query_one(
+                "DELETE FROM refinery_schema_history
+                  WHERE version = (SELECT max(version) FROM refinery_schema_history)
+                 RETURNING version, name, applied_on, checksum",
+                &[],
+            )
+            .await
+            .expect("forget the latest migration")
+    }
+
+    /// Puts back what [`TestDb::forget_latest_migration`] took out.
+    pub async fn restore_migration(&self, latest: &tokio_postgres::Row) {
+        self.client
+            .execute(
+                "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+                 VALUES ($1, $2, $3, $4)",
+                &[
+                    &latest.get::<_, i32>(0),
+                    &latest.get::<_, String>(1),
+                    &latest.get::<_, String>(2),
+                    &latest.get::<_, String>(3),
+                ],
+            )
+            .await
+            .expect("restore the latest migration");
+    }
+
     /// Another session on the test database, for interleavings that need two.
     pub async fn session(&self) -> tokio_postgres::Client {
         connect(&self.url).await

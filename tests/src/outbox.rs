@@ -2,7 +2,8 @@
 
 use uuid::Uuid;
 
-use crate::TestDb;
+use crate::kafka::TestKafka;
+use crate::{TestDb, start_relay};
 
 /// Inserts `n` charges, each with a `ChargeCreated` outbox row whose payload carries
 /// `pad` filler bytes; returns the outbox ids in insertion order.
@@ -117,4 +118,29 @@ impl Notifications {
             .expect("no notification within the deadline")
             .expect("the listener's connection ended")
     }
+}
+
+/// One row the broker refuses (larger than the `message.max.bytes` the relay is given),
+/// made dead by a relay with `--max-attempts 1` that is stopped before this returns.
+pub async fn insert_dead(db: &TestDb, kafka: &TestKafka) -> Uuid {
+    let poisoned = insert_pending(db, 1, 20_000).await[0];
+    let (mut relay, _) = start_relay(
+        db,
+        kafka,
+        &[
+            "--kafka-config",
+            "message.max.bytes=10000",
+            "--max-attempts",
+            "1",
+        ],
+    )
+    .await;
+    db.wait_for(
+        "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
+        &[&poisoned],
+        "the poisoned row is dead",
+    )
+    .await;
+    relay.stop().await;
+    poisoned
 }

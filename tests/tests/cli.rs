@@ -3,8 +3,8 @@
 //! operator commands that fail loudly — naming what is wrong — instead of doing nothing.
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::outbox::insert_pending;
-use charges_tests::{Process, TestDb, binary, start_relay};
+use charges_tests::outbox::{insert_dead, insert_pending};
+use charges_tests::{Process, TestDb, binary};
 use uuid::Uuid;
 
 fn run(name: &str, args: &[&str], database_url: &str) -> (Option<i32>, String, String) {
@@ -56,25 +56,7 @@ async fn dead_row_commands_name_what_is_wrong() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let url = db.url.as_str();
-    let poisoned = insert_pending(&db, 1, 20_000).await[0];
-    let (mut relay, _) = start_relay(
-        &db,
-        &kafka,
-        &[
-            "--kafka-config",
-            "message.max.bytes=10000",
-            "--max-attempts",
-            "1",
-        ],
-    )
-    .await;
-    db.wait_for(
-        "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
-        &[&poisoned],
-        "the row is dead",
-    )
-    .await;
-    relay.stop().await;
+    let poisoned = insert_dead(&db, &kafka).await;
 
     let (code, out, _) = run(
         "charges-relay",
@@ -141,6 +123,60 @@ async fn dead_row_commands_name_what_is_wrong() {
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("requeued 1"), "{out}");
+}
+
+/// Rows an outage killed before outages stopped counting as attempts: `dead requeue
+/// --unavailable` takes exactly those whose last error says the broker was unavailable,
+/// in the texts of this relay and of the relays before it, and leaves the rest dead.
+#[tokio::test]
+async fn requeue_unavailable_takes_exactly_the_rows_an_outage_killed() {
+    let db = TestDb::new().await;
+    let errors = [
+        (
+            "Message production error: MessageTimedOut (Local: Message timed out)",
+            true,
+        ),
+        ("no acknowledgement within 5s", true),
+        (
+            "unavailable: AllBrokersDown (Local: All broker connections are down)",
+            true,
+        ),
+        (
+            "Message production error: MessageSizeTooLarge (Broker: Message size too large)",
+            false,
+        ),
+        ("rejected: InvalidRecord (Broker: Invalid record)", false),
+        ("something no relay ever wrote", false),
+    ];
+    let ids = insert_pending(&db, errors.len() as i32, 10).await;
+    for (id, (error, _)) in ids.iter().zip(errors) {
+        db.client()
+            .execute(
+                "UPDATE outbox SET dead_at = now(), attempts = 10, last_error = $2 WHERE id = $1",
+                &[id, &error],
+            )
+            .await
+            .expect("make the row dead");
+    }
+    let (code, out, err) = run(
+        "charges-relay",
+        &["dead", "requeue", "--unavailable"],
+        db.url.as_str(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("requeued 3"), "{out}");
+    for (id, (error, requeued)) in ids.iter().zip(errors) {
+        let dead: bool = db
+            .client()
+            .query_one(
+                "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
+                &[id],
+            )
+            .await
+            .expect("read the row")
+            .get(0);
+        assert_eq!(dead, !requeued, "last error {error:?}");
+    }
 }
 
 #[tokio::test]

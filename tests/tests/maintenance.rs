@@ -6,7 +6,7 @@
 
 use charges_tests::kafka::TestKafka;
 use charges_tests::metrics::{sample, scrape_until};
-use charges_tests::outbox::{count_outbox, insert_pending};
+use charges_tests::outbox::{count_outbox, insert_dead, insert_pending};
 use charges_tests::{Process, TestDb, log_field, poll_until, relay_command, start_relay};
 use reqwest::StatusCode;
 
@@ -124,26 +124,8 @@ async fn reconciliation_ignores_what_any_earlier_retention_deleted() {
 async fn a_discarded_event_is_kept_aside_and_accounted_for() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let poisoned = insert_pending(&db, 1, 20_000).await[0];
+    let poisoned = insert_dead(&db, &kafka).await;
     let healthy = insert_pending(&db, 1, 0).await[0];
-    let (mut relay, _) = start_relay(
-        &db,
-        &kafka,
-        &[
-            "--kafka-config",
-            "message.max.bytes=10000",
-            "--max-attempts",
-            "1",
-        ],
-    )
-    .await;
-    db.wait_for(
-        "SELECT dead_at IS NOT NULL FROM outbox WHERE id = $1",
-        &[&poisoned],
-        "the poisoned row is dead",
-    )
-    .await;
-    relay.stop().await;
 
     let id = poisoned.to_string();
     let unconfirmed = charges_relay(&db, &["dead", "discard", &id]);
@@ -208,16 +190,7 @@ fn charges_relay(db: &TestDb, args: &[&str]) -> std::process::Output {
 async fn a_relay_waits_for_its_schema() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let latest = db
-        .client()
-        .query_one(
-            "DELETE FROM refinery_schema_history
-              WHERE version = (SELECT max(version) FROM refinery_schema_history)
-             RETURNING version, name, applied_on, checksum",
-            &[],
-        )
-        .await
-        .unwrap();
+    let latest = db.forget_latest_migration().await;
     let id = insert_pending(&db, 1, 0).await[0];
     let (relay, line) = Process::start(
         "charges-relay",
@@ -250,19 +223,7 @@ async fn a_relay_waits_for_its_schema() {
     assert!(body.contains("schema"), "{body}");
     assert!(!relay.output_text().contains("relay started"));
 
-    db.client()
-        .execute(
-            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
-             VALUES ($1, $2, $3, $4)",
-            &[
-                &latest.get::<_, i32>(0),
-                &latest.get::<_, String>(1),
-                &latest.get::<_, String>(2),
-                &latest.get::<_, String>(3),
-            ],
-        )
-        .await
-        .unwrap();
+    db.restore_migration(&latest).await;
     relay.wait_for_log("relay started", 1).await;
     db.wait_for(
         "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",

@@ -202,16 +202,7 @@ async fn readyz_is_503_when_the_schema_is_behind_or_the_database_unreachable() {
     assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
     assert_eq!(get(&api.http, &readyz).await.status(), StatusCode::OK);
 
-    let latest = db
-        .client()
-        .query_one(
-            "DELETE FROM refinery_schema_history
-              WHERE version = (SELECT max(version) FROM refinery_schema_history)
-             RETURNING version, name, applied_on, checksum",
-            &[],
-        )
-        .await
-        .unwrap();
+    let latest = db.forget_latest_migration().await;
     let version: i32 = latest.get(0);
     assert_not_ready(
         &api.http,
@@ -223,19 +214,7 @@ async fn readyz_is_503_when_the_schema_is_behind_or_the_database_unreachable() {
     )
     .await;
     assert_eq!(get(&api.http, &healthz).await.status(), StatusCode::OK);
-    db.client()
-        .execute(
-            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
-             VALUES ($1, $2, $3, $4)",
-            &[
-                &latest.get::<_, i32>(0),
-                &latest.get::<_, String>(1),
-                &latest.get::<_, String>(2),
-                &latest.get::<_, String>(3),
-            ],
-        )
-        .await
-        .unwrap();
+    db.restore_migration(&latest).await;
     assert_eq!(get(&api.http, &readyz).await.status(), StatusCode::OK);
 
     db.refuse_connections(None).await;
@@ -515,13 +494,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
         let response = get(&http, &format!("{ops}{path}")).await;
         assert_eq!(response.status(), status, "{path}");
     }
-    db.client()
-        .batch_execute(
-            "DELETE FROM refinery_schema_history
-              WHERE version = (SELECT max(version) FROM refinery_schema_history)",
-        )
-        .await
-        .unwrap();
+    db.forget_latest_migration().await;
     assert_not_ready(&http, &format!("{ops}/readyz"), "this build expects").await;
     drop(relay);
 }
