@@ -39,3 +39,17 @@ $$;
 DROP INDEX idempotency_keys_expires_idx;
 CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);
 ALTER TABLE idempotency_keys SET (fillfactor = 80);
+
+-- Vacuum by a small share of the table, not the default fifth. Every row of these two
+-- tables is inserted, updated once (a key's completion, an event's mark) and deleted
+-- by retention, so dead rows pile up at twice the insert rate; with the defaults a
+-- 20-million-row table gathers 4 million of them before autovacuum starts, and the
+-- claim, the purge and the cleanup walk over them in the indexes meanwhile. Analyze
+-- as often, so plans follow the tables as they grow (docs/operations.md, "Large
+-- tables").
+ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0.02,
+                        autovacuum_vacuum_insert_scale_factor = 0.02,
+                        autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE idempotency_keys SET (autovacuum_vacuum_scale_factor = 0.02,
+                                  autovacuum_vacuum_insert_scale_factor = 0.02,
+                                  autovacuum_analyze_scale_factor = 0.02);
