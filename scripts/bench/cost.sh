@@ -2,7 +2,7 @@
 # project's statements on the schema as shipped, and on copies with one thing
 # removed or done the old way, in alternating rounds (BENCH_COST_CLIENTS clients);
 # each variant is reported as its throughput over the shipped one's. The reference
-# transaction runs in the same rounds, for scale.
+# transaction runs in the same rounds, for scale. BENCH_COST_VARIANTS names a subset.
 
 # name|what differs|SQL run on the variant's database|pgbench-script --variant
 cost_variants=(
@@ -15,6 +15,7 @@ cost_variants=(
   "expires-index-partial|idempotency_keys_expires_idx partial on status = 'COMPLETED' (before V9)|DROP INDEX idempotency_keys_expires_idx; CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at) WHERE status = 'COMPLETED'|as-shipped"
   "keys-fillfactor-100|idempotency_keys at fillfactor 100 (before V9)|ALTER TABLE idempotency_keys SET (fillfactor = 100)|as-shipped"
   "no-checks|no CHECK constraints on charges and outbox|ALTER TABLE charges DROP CONSTRAINT charges_currency_check, DROP CONSTRAINT charges_amount_cents_check, DROP CONSTRAINT charges_refunded_within_amount; ALTER TABLE outbox DROP CONSTRAINT outbox_published_or_dead, DROP CONSTRAINT outbox_has_payload|as-shipped"
+  "headers-text|response_headers as text, not jsonb|ALTER TABLE idempotency_keys ALTER COLUMN response_headers DROP DEFAULT, ALTER COLUMN response_headers TYPE text USING response_headers::text, ALTER COLUMN response_headers SET DEFAULT '{}'|as-shipped"
   "no-trace-columns|no trace context or request id on the event||no-trace-columns"
   "payload-jsonb|the payload as jsonb (before V8)||payload-jsonb"
   "deferred-fk|a deferred foreign key outbox → charges (before V8)|ALTER TABLE outbox ADD CONSTRAINT outbox_aggregate_id_fkey FOREIGN KEY (aggregate_id) REFERENCES charges (id) DEFERRABLE INITIALLY DEFERRED|as-shipped"
@@ -23,6 +24,15 @@ cost_variants=(
 
 stage_cost() {
   local clients="${BENCH_COST_CLIENTS:-8}" spec name label sql variant target script
+  # BENCH_COST_VARIANTS (names, space-separated) runs only those, as-shipped always.
+  if [ -n "${BENCH_COST_VARIANTS:-}" ]; then
+    local chosen=()
+    for spec in "${cost_variants[@]}"; do
+      name=${spec%%|*}
+      [[ " as-shipped $BENCH_COST_VARIANTS " == *" $name "* ]] && chosen+=("$spec")
+    done
+    cost_variants=("${chosen[@]}")
+  fi
   declare -A urls scripts runs
   for spec in "${cost_variants[@]}"; do
     IFS='|' read -r name label sql variant <<<"$spec"

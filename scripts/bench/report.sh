@@ -4,7 +4,7 @@
 machine_json() {
   local pg_settings
   pg_settings=$(psql_on "$server_url" -c "
-    SELECT json_object_agg(name, setting || coalesce(unit, ''))
+    SELECT json_object_agg(name, current_setting(name))
       FROM pg_settings
      WHERE name IN ('server_version', 'shared_buffers', 'synchronous_commit', 'wal_compression',
                     'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'full_page_writes', 'work_mem')")
@@ -42,8 +42,8 @@ PLOT
 report() { # ELAPSED_SECONDS
   jq -s --arg date "$(date -u +%FT%TZ)" --argjson machine "$(machine_json)" \
     --argjson settings "$(jq -n --argjson seconds "$seconds" --argjson rounds "$rounds" \
-      --argjson backlog "$backlog" --argjson pool "${BENCH_POOL:-32}" --arg stages "$stages" \
-      '{seconds_per_run: $seconds, rounds: $rounds, backlog_rows: $backlog, api_pool: $pool, stages: $stages}')" \
+      --argjson backlog "$backlog" --argjson pool "${BENCH_POOL:-32}" --argjson workers "${BENCH_API_WORKERS:-1}" --arg stages "$stages" \
+      '{seconds_per_run: $seconds, rounds: $rounds, backlog_rows: $backlog, api_pool: $pool, api_workers: $workers, stages: $stages}')" \
     --argjson elapsed "$1" \
     '{date: $date, machine: $machine, settings: $settings, elapsed_seconds: $elapsed, results: .}' \
     "$results" >"$out_dir/latest.json"

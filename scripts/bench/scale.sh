@@ -68,8 +68,8 @@ scale_report() {
     row "  ${name//_/ }, $size rows|$g req/s p99 ${p99}ms|$base rows: $b req/s|$r$target"
     record scale measure="$name" rows="$size" base_rows="$base" clients=8 rounds="$rounds" req_per_s="$g" \
       p99_ms="$p99" base_req_per_s="$b" ratio="$r" \
-      req_per_s_rounds="$(printf '%s\n' "${big_runs[@]}" | awk -v c="$col" '{print $c}' | firsts)" \
-      base_req_per_s_rounds="$(printf '%s\n' "${base_runs[@]}" | awk -v c="$col" '{print $c}' | firsts)" \
+      req_per_s_rounds="$(firsts $(printf '%s\n' "${big_runs[@]}" | awk -v c="$col" '{print $c}'))" \
+      base_req_per_s_rounds="$(firsts $(printf '%s\n' "${base_runs[@]}" | awk -v c="$col" '{print $c}'))" \
       errors="$(printf '%s\n' "${base_runs[@]}" "${big_runs[@]}" | awk '{s += $5} END {print s + 0}')"
   done
 }
