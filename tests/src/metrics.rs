@@ -53,3 +53,31 @@ pub async fn scrape_until(
     .await;
     found.unwrap_or_else(|| panic!("never within {DEADLINE:?}: {what}; last scrape:\n{last}"))
 }
+
+/// What every binary's `/metrics` carries besides its own series: its build info, the
+/// process metrics and the database pool (charges-runtime's `metrics::render`).
+pub fn assert_exports_build_process_and_pool(text: &str, binary: &str) {
+    assert_eq!(
+        sample(text, "charges_build_info", &[("binary", binary)]),
+        1.0,
+        "{binary}: charges_build_info\n{text}"
+    );
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "charges_db_pool_connections",
+        "charges_db_pool_idle_connections",
+        "charges_db_pool_waiting",
+        "charges_db_pool_timeouts_total",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "{binary}: no {name} in /metrics\n{text}"
+        );
+    }
+    assert!(
+        sample(text, "charges_db_pool_max_connections", &[]) > 0.0,
+        "{binary}: charges_db_pool_max_connections\n{text}"
+    );
+}

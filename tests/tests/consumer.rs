@@ -236,6 +236,15 @@ async fn events_arriving_before_their_predecessor_are_counted() {
         metrics.contains("charges_consumer_events_total{outcome=\"applied\"} 3"),
         "{metrics}"
     );
+    charges_tests::metrics::assert_exports_build_process_and_pool(&metrics, "charges-consumer");
+    // Lag comes from librdkafka's statistics, every 5 s: wait for the first report.
+    charges_tests::metrics::scrape_until(
+        &reqwest::Client::new(),
+        &format!("http://{addr}/metrics"),
+        "the consumer's lag per partition",
+        |text| text.contains(r#"charges_consumer_lag_messages{partition="0"} 0"#),
+    )
+    .await;
     let position: i64 = db
         .client()
         .query_one(

@@ -3,7 +3,7 @@
 //! API, retention of idempotency keys (`charges-relay purge`) and reconciliation.
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::metrics::{sample, scrape, scrape_until};
+use charges_tests::metrics::{assert_exports_build_process_and_pool, sample, scrape, scrape_until};
 use charges_tests::outbox::count_outbox;
 use charges_tests::{
     TestApi, TestDb, binary, connect, new_key, poll_until, relay_command, start_relay,
@@ -24,6 +24,21 @@ const MAINTENANCE_OFTEN: &[&str] = &[
 
 const IDEMPOTENCY: &str = "charges_api_idempotency_requests_total";
 const DURATION_COUNT: &str = "charges_api_http_request_duration_seconds_count";
+
+/// Build info, process and pool metrics on the API and the relay (the consumer's are
+/// checked in consumer.rs, where it runs).
+#[tokio::test]
+async fn the_api_and_the_relay_export_build_info_process_and_pool_metrics() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let api = TestApi::start(&db, &[]).await;
+    let text = scrape(&api.http, &api.url("/metrics")).await;
+    assert_exports_build_process_and_pool(&text, "charges-api");
+    let (relay, url) = start_relay(&db, &kafka, &[]).await;
+    let text = scrape(&api.http, &url).await;
+    assert_exports_build_process_and_pool(&text, "charges-relay");
+    drop(relay);
+}
 
 #[tokio::test]
 async fn idempotency_outcomes_and_request_durations_are_counted_by_route() {
