@@ -493,6 +493,38 @@ pub async fn start_relay(
     (process, format!("http://{addr}/metrics"))
 }
 
+/// A consumer in `group` against the test's database (its own tables, migrated by
+/// `--migrate`) and topic. A short session timeout, so that a killed member leaves the
+/// group within seconds instead of the default 45 s.
+pub async fn start_consumer(
+    db: &TestDb,
+    kafka: &kafka::TestKafka,
+    group: &str,
+    extra: &[&str],
+) -> Process {
+    let mut args = vec![
+        "--database-url",
+        db.url.as_str(),
+        "--kafka-brokers",
+        kafka.bootstrap.as_str(),
+        "--topic",
+        kafka.topic.as_str(),
+        "--group-id",
+        group,
+        "--migrate",
+        "--kafka-config",
+        "session.timeout.ms=6000",
+        "--kafka-config",
+        "heartbeat.interval.ms=500",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
+    Process::start("charges-consumer", &args, &[], "consumer started")
+        .await
+        .0
+}
+
 /// `charges-api` serving on a free loopback port against `db`.
 pub struct TestApi {
     pub base_url: String,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use charges_tests::kafka::TestKafka;
 use charges_tests::kafka::produce;
-use charges_tests::{Process, TestDb, poll_until};
+use charges_tests::{TestDb, poll_until, start_consumer};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -43,33 +43,6 @@ async fn produce_a_charge_and_its_refund(kafka: &TestKafka, created_copies: usiz
         &charge_refunded(refund, 900),
     )
     .await;
-}
-
-/// A consumer in `group` against the test's database (its own tables, migrated by
-/// `--migrate`) and topic. A short session timeout, so that a killed member leaves the
-/// group within seconds instead of the default 45 s.
-async fn start_consumer(db: &TestDb, kafka: &TestKafka, group: &str, extra: &[&str]) -> Process {
-    let mut args = vec![
-        "--database-url",
-        db.url.as_str(),
-        "--kafka-brokers",
-        kafka.bootstrap.as_str(),
-        "--topic",
-        kafka.topic.as_str(),
-        "--group-id",
-        group,
-        "--migrate",
-        "--kafka-config",
-        "session.timeout.ms=6000",
-        "--kafka-config",
-        "heartbeat.interval.ms=500",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    Process::start("charges-consumer", &args, &[], "consumer started")
-        .await
-        .0
 }
 
 /// `(charged_cents, refunded_cents, events)` of the EUR ledger row.

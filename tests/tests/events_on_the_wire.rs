@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use charges_tests::kafka::{Received, TestKafka};
-use charges_tests::{DEADLINE, Process, TestDb, log_field, new_key, start_relay};
+use charges_tests::{DEADLINE, Process, TestDb, log_field, new_key, start_consumer, start_relay};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -141,25 +141,7 @@ async fn headers_on_the_wire_are_exactly_the_documented_ones_and_carry_the_trace
     );
 
     // The consumer continues the trace: its log line for the event names the trace id.
-    let (consumer, _) = Process::start(
-        "charges-consumer",
-        &[
-            "--database-url",
-            db.url.as_str(),
-            "--kafka-brokers",
-            kafka.bootstrap.as_str(),
-            "--topic",
-            kafka.topic.as_str(),
-            "--group-id",
-            &new_key(),
-            "--migrate",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        &[],
-        "consumer started",
-    )
-    .await;
+    let consumer = start_consumer(&db, &kafka, &new_key(), &[]).await;
     consumer.wait_for_log("event applied", 2).await;
     let applied: Vec<String> = consumer
         .output_text()
