@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use charges_domain::{Fingerprint, IdempotencyKey};
 use charges_store::{
-    IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoreError, StoredResponse,
-    Transaction,
+    CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome, KeyCompletion,
+    StoreError, StoredResponse, Transaction,
 };
 use charges_tests::{TestDb, new_key};
 use chrono::{DateTime, Utc};
+use tokio_postgres::error::SqlState;
 
 /// An operation that writes nothing but its response: enough to exercise the scope.
 struct Echo(&'static str);
@@ -25,15 +26,53 @@ impl IdempotentOperation for Echo {
         &self,
         _tx: &Transaction<'_>,
         now: DateTime<Utc>,
-    ) -> Result<StoredResponse, StoreError> {
-        Ok(StoredResponse {
+        completion: KeyCompletion<'_>,
+    ) -> Result<CompletedKey, StoreError> {
+        completion
+            .store(StoredResponse {
+                status: 201,
+                headers: vec![(
+                    "location".into(),
+                    format!("/echo/{}", now.timestamp_micros()),
+                )],
+                body: self.0.to_owned(),
+            })
+            .await
+    }
+}
+
+/// Writes a row of `probe` and completes its key in the same round trip; with
+/// `fail`, the write breaks a constraint.
+struct PipelinedWrite {
+    fail: bool,
+}
+
+impl IdempotentOperation for PipelinedWrite {
+    type Error = StoreError;
+
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of("pipelined", &[])
+    }
+
+    async fn execute(
+        &self,
+        tx: &Transaction<'_>,
+        _now: DateTime<Utc>,
+        completion: KeyCompletion<'_>,
+    ) -> Result<CompletedKey, StoreError> {
+        let value: i32 = if self.fail { -1 } else { 1 };
+        let write = async {
+            tx.execute("INSERT INTO probe (value) VALUES ($1)", &[&value])
+                .await
+                .map(|_| ())
+                .map_err(StoreError::from)
+        };
+        let response = StoredResponse {
             status: 201,
-            headers: vec![(
-                "location".into(),
-                format!("/echo/{}", now.timestamp_micros()),
-            )],
-            body: self.0.to_owned(),
-        })
+            headers: vec![],
+            body: "written".into(),
+        };
+        completion.store_with(write, response).await
     }
 }
 
@@ -161,4 +200,54 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         })
     );
     assert_eq!(db.count("idempotency_keys").await, 1);
+}
+
+/// A write that fails while the key's completion travels with it in one round trip
+/// rolls the completion back too: the request is forgotten, nothing of it is stored,
+/// and the same key then runs the operation once.
+#[tokio::test]
+async fn a_failed_write_sent_with_the_completion_leaves_the_key_free() {
+    let db = TestDb::new().await;
+    db.client()
+        .batch_execute("CREATE TABLE probe (value int CHECK (value > 0))")
+        .await
+        .unwrap();
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::new(Duration::from_secs(60));
+    let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+
+    let failed = store
+        .run(&pool, &key, "/probe", &PipelinedWrite { fail: true })
+        .await;
+    let error = failed.expect_err("the write breaks the CHECK");
+    // The write's own error, not the aborted transaction the completion then met.
+    let code = match &error {
+        StoreError::Database(e) => e.code().cloned(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(code, Some(SqlState::CHECK_VIOLATION), "{error:?}");
+    assert!(!error.is_unavailable(), "a broken write is not an outage");
+    assert_eq!(db.count("idempotency_keys").await, 0);
+    assert_eq!(db.count("probe").await, 0);
+
+    let executed = store
+        .run(&pool, &key, "/probe", &PipelinedWrite { fail: false })
+        .await
+        .unwrap();
+    assert!(
+        matches!(executed, IdempotentOutcome::Executed(ref r) if r.body == "written"),
+        "{executed:?}"
+    );
+    let completed: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE status = 'COMPLETED'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!((completed, db.count("probe").await), (1, 1));
 }

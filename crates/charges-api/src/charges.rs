@@ -6,8 +6,8 @@ use charges_domain::{
     Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, FIRST_SEQUENCE, Fingerprint,
 };
 use charges_store::{
-    ChargeStore, IdempotentOperation, NewEvent, Origin, OutboxStore, RefundStore, StoreError,
-    StoredResponse, Transaction,
+    ChargeStore, CompletedKey, IdempotentOperation, KeyCompletion, NewEvent, Origin, OutboxStore,
+    RefundStore, StoreError, StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -54,7 +54,8 @@ impl IdempotentOperation for CreateChargeOperation {
         &self,
         tx: &Transaction<'_>,
         now: DateTime<Utc>,
-    ) -> Result<StoredResponse, ApiError> {
+        completion: KeyCompletion<'_>,
+    ) -> Result<CompletedKey, ApiError> {
         let charge = Charge {
             id: Uuid::now_v7(),
             amount_cents: self.request.amount_cents(),
@@ -72,19 +73,24 @@ impl IdempotentOperation for CreateChargeOperation {
             created_at: now,
             origin: &self.origin,
         };
-        let body = to_json_string(&charge)?;
-        // Both statements go out together (tokio-postgres pipelines concurrent queries
-        // on one connection): one round trip instead of two. The outbox's reference
-        // to the charge is checked at commit (V5), whatever order they arrive in.
-        futures::try_join!(
-            ChargeStore::insert(tx, &charge, self.owner.as_ref().map(ClientId::as_str)),
-            OutboxStore::insert(tx, &outbox_row),
-        )?;
-        Ok(StoredResponse {
+        let response = StoredResponse {
             status: 201,
             headers: vec![(header::LOCATION.to_string(), charge.location())],
-            body,
-        })
+            body: to_json_string(&charge)?,
+        };
+        // Nothing the inserts return changes the response, so the charge, its event
+        // and the key's completion go out together (tokio-postgres pipelines
+        // concurrent statements on one connection): one round trip instead of three.
+        // Their order does not matter: the outbox has no foreign key (V8), and all
+        // three commit or none.
+        let writes = async {
+            futures::try_join!(
+                ChargeStore::insert(tx, &charge, self.owner.as_ref().map(ClientId::as_str)),
+                OutboxStore::insert(tx, &outbox_row),
+            )
+            .map(|_| ())
+        };
+        Ok(completion.store_with(writes, response).await?)
     }
 }
 

@@ -4,8 +4,8 @@ use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
 use charges_store::{
-    ChargeStore, IdempotentOperation, NewEvent, Origin, OutboxStore, RefundStore, StoreError,
-    StoredResponse, Transaction,
+    ChargeStore, CompletedKey, IdempotentOperation, KeyCompletion, NewEvent, Origin, OutboxStore,
+    RefundStore, StoreError, StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -65,7 +65,8 @@ impl IdempotentOperation for CreateRefundOperation {
         &self,
         tx: &Transaction<'_>,
         now: DateTime<Utc>,
-    ) -> Result<StoredResponse, ApiError> {
+        completion: KeyCompletion<'_>,
+    ) -> Result<CompletedKey, ApiError> {
         let charge_id = self.request.charge_id();
         let owner = self.owner.as_ref().map(ClientId::as_str);
         let charge = ChargeStore::lock_for_refund(tx, charge_id, owner)
@@ -76,7 +77,11 @@ impl IdempotentOperation for CreateRefundOperation {
             .amount_given(charge.amount_cents, charge.refunded_cents)
         {
             Ok(amount) => amount,
-            Err(refused) => return Ok(ApiError::RefundRefused(refused).to_stored()),
+            Err(refused) => {
+                return Ok(completion
+                    .store(ApiError::RefundRefused(refused).to_stored())
+                    .await?);
+            }
         };
         let refund = Refund {
             id: Uuid::now_v7(),
@@ -86,8 +91,9 @@ impl IdempotentOperation for CreateRefundOperation {
             created_at: now,
         };
         // The row lock makes the new total and the event's sequence known in advance,
-        // so the three writes go out together in one round trip; the total the
-        // database computed is checked.
+        // so the three writes and the key's completion go out together in one round
+        // trip; the total the database computed is checked (a mismatch rolls all of
+        // it back).
         let refunded_cents = charge.refunded_cents + amount_cents;
         let sequence = charge.event_sequence + 1;
         let event = ChargeRefunded::new(Uuid::now_v7(), &refund, refunded_cents, sequence);
@@ -101,21 +107,25 @@ impl IdempotentOperation for CreateRefundOperation {
             created_at: now,
             origin: &self.origin,
         };
-        let (stored_total, (), ()) = futures::try_join!(
-            ChargeStore::add_refunded(tx, charge_id, amount_cents, sequence),
-            RefundStore::insert(tx, &refund),
-            OutboxStore::insert(tx, &outbox_row),
-        )?;
-        if stored_total != refunded_cents {
-            return Err(StoreError::Invariant(format!(
-                "refunded total {stored_total} under the row lock, expected {refunded_cents}"
-            ))
-            .into());
-        }
-        Ok(StoredResponse {
+        let response = StoredResponse {
             status: 201,
             headers: vec![(header::LOCATION.to_string(), refund.location())],
             body: to_json_string(&refund)?,
-        })
+        };
+        let writes = async {
+            let (stored_total, (), ()) = futures::try_join!(
+                ChargeStore::add_refunded(tx, charge_id, amount_cents, sequence),
+                RefundStore::insert(tx, &refund),
+                OutboxStore::insert(tx, &outbox_row),
+            )?;
+            if stored_total != refunded_cents {
+                return Err(StoreError::Invariant(format!(
+                    "refunded total {stored_total} under the row lock, expected {refunded_cents}"
+                ))
+                .into());
+            }
+            Ok::<(), ApiError>(())
+        };
+        completion.store_with(writes, response).await
     }
 }

@@ -26,10 +26,11 @@ pub struct StoredResponse {
 /// What an endpoint does once its key is reserved.
 ///
 /// `execute` runs inside the request's transaction and must only write to the database
-/// through `tx`: no broker, no HTTP call (that is the outbox relay's job). Returning
-/// `Err` rolls everything back, key included, so the request is forgotten and the client
-/// may retry with the same key; a business refusal that must be remembered is an `Ok`
-/// response with a 4xx status instead.
+/// through `tx`: no broker, no HTTP call (that is the outbox relay's job). It ends by
+/// handing its response to `completion`, which stores it on the key: the only way to
+/// get the [`CompletedKey`] it returns. Returning `Err` rolls everything back, key
+/// included, so the request is forgotten and the client may retry with the same key; a
+/// business refusal that must be remembered is a completed 4xx response instead.
 // actix-web handlers run on a single-threaded runtime and do not need `Send` futures.
 #[allow(async_fn_in_trait)]
 pub trait IdempotentOperation {
@@ -43,7 +44,47 @@ pub trait IdempotentOperation {
         &self,
         tx: &Transaction<'_>,
         now: DateTime<Utc>,
-    ) -> Result<StoredResponse, Self::Error>;
+        completion: KeyCompletion<'_>,
+    ) -> Result<CompletedKey, Self::Error>;
+}
+
+/// The reserved key's last write: its replayable response (`IdempotencyKeyComplete`).
+/// Consumed by value, so an operation completes its key exactly once.
+pub struct KeyCompletion<'a> {
+    tx: &'a Transaction<'a>,
+    key: &'a str,
+    endpoint: &'a str,
+}
+
+/// Proof that the key's response is stored in the request's transaction; the store
+/// commits only with one.
+pub struct CompletedKey(StoredResponse);
+
+impl KeyCompletion<'_> {
+    /// Stores `response` after everything the operation wrote.
+    pub async fn store(self, response: StoredResponse) -> Result<CompletedKey, StoreError> {
+        complete(self.tx, self.key, self.endpoint, &response).await?;
+        Ok(CompletedKey(response))
+    }
+
+    /// Stores `response` while `writes` run: an operation whose response is known
+    /// before its writes return sends them and the completion in one round trip
+    /// (tokio-postgres pipelines concurrent statements on one connection). They share
+    /// the transaction, so a failed write rolls the completion back with it; the
+    /// writes' error is the one reported.
+    pub async fn store_with<E: From<StoreError>>(
+        self,
+        writes: impl Future<Output = Result<(), E>>,
+        response: StoredResponse,
+    ) -> Result<CompletedKey, E> {
+        let (written, completed) = futures::join!(
+            writes,
+            complete(self.tx, self.key, self.endpoint, &response)
+        );
+        written?;
+        completed?;
+        Ok(CompletedKey(response))
+    }
 }
 
 /// How a request with an `Idempotency-Key` ended.
@@ -226,8 +267,12 @@ impl IdempotencyStore {
                 return Ok(IdempotentOutcome::Replayed(response));
             }
         };
-        let response = operation.execute(&tx, now).await?;
-        complete(&tx, &key, endpoint, &response).await?;
+        let completion = KeyCompletion {
+            tx: &tx,
+            key: &key,
+            endpoint,
+        };
+        let CompletedKey(response) = operation.execute(&tx, now, completion).await?;
         tx.commit().await.map_err(StoreError::from)?;
         self.cache.insert(
             key,

@@ -36,7 +36,8 @@ pub use charges::{ChargeStore, RefundableCharge};
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};
 pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
 pub use idempotency_keys::{
-    IdempotencyStore, IdempotentOperation, IdempotentOutcome, StoredResponse,
+    CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome, KeyCompletion,
+    StoredResponse,
 };
 pub use outbox::{
     DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent, PublishFailure,
