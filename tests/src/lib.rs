@@ -207,6 +207,18 @@ impl TestDb {
             ))
             .await
             .expect("end the database's sessions");
+        // pg_terminate_backend only signals: wait until those sessions are gone, so
+        // that no request can still slip through on one of them.
+        self.wait_for(
+            &format!(
+                "SELECT count(*) = 0 FROM pg_stat_activity
+                  WHERE datname = '{name}' AND {filter} AND backend_type = 'client backend'
+                    AND application_name <> 'charges-tests'"
+            ),
+            &[],
+            "the refused sessions ended",
+        )
+        .await;
     }
 
     /// Undoes [`TestDb::refuse_connections`].
