@@ -67,6 +67,10 @@ GRANT SELECT ON charges TO charges_relay;
 -- OutboxDeletePublished records how far it deleted; reconciliation reads it.
 GRANT SELECT, INSERT, UPDATE ON outbox_retention_horizon TO charges_relay;
 
+-- ReconciliationResultClaim, ReconciliationResultRecord: one relay checks, every relay
+-- exports the latest result.
+GRANT SELECT, INSERT, UPDATE ON reconciliation_result TO charges_relay;
+
 -- OutboxDiscardDeadMany (`dead discard`) keeps what it deleted; reconciliation reads it.
 GRANT SELECT, INSERT ON outbox_discarded TO charges_relay;
 

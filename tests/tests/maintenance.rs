@@ -1,8 +1,9 @@
 //! The maintenance jobs and readiness, as an operator relies on them: a job that keeps
 //! failing makes the relay unready and says why; reconciliation never raises a false
 //! alarm because of retention, whatever retention ran before, nor for an event an
-//! operator discarded; a relay deployed before its migration waits, unready, instead
-//! of failing batch after batch.
+//! operator discarded; one relay per interval pays for reconciliation's whole-table
+//! reads, and every relay exports its result; a relay deployed before its migration
+//! waits, unready, instead of failing batch after batch.
 
 use charges_tests::kafka::TestKafka;
 use charges_tests::metrics::{sample, scrape_until};
@@ -115,6 +116,89 @@ async fn reconciliation_ignores_what_any_earlier_retention_deleted() {
         sample(page, "charges_reconcile_charges_without_outbox", &[]) == 1.0
     })
     .await;
+}
+
+/// Reconciliation is counted once per interval for all relays: a relay that starts
+/// while a recent result exists exports that result (with when it was counted) instead
+/// of reading the tables again; a relay whose interval says the result is due counts
+/// again, and the new result is everyone's.
+#[tokio::test]
+async fn reconciliation_is_counted_once_per_interval_for_every_relay() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let hourly = ["--reconcile-interval", "1h"];
+    let http = reqwest::Client::new();
+    let (_first, first_metrics) = start_relay(&db, &kafka, &hourly).await;
+    let page = scrape_until(&http, &first_metrics, "the first relay counted", |page| {
+        sample(page, "charges_reconcile_checked_at_timestamp_seconds", &[]) > 0.0
+    })
+    .await;
+    let counted_at = sample(&page, "charges_reconcile_checked_at_timestamp_seconds", &[]);
+    let recorded = || async {
+        let row = db
+            .client()
+            .query_one(
+                "SELECT extract(epoch FROM checked_at)::float8, charges_without_outbox
+                   FROM reconciliation_result",
+                &[],
+            )
+            .await
+            .expect("the shared result");
+        (row.get::<_, f64>(0), row.get::<_, i64>(1))
+    };
+    let (first_at, first_count) = recorded().await;
+    assert_eq!(first_count, 0);
+    assert!(
+        (first_at - counted_at).abs() < 0.002,
+        "{first_at} vs {counted_at}"
+    );
+
+    // Broken now; a second hourly relay must not see it: it does not count.
+    db.client()
+        .batch_execute(
+            "INSERT INTO charges (id, amount_cents, currency) VALUES (gen_random_uuid(), 100, 'EUR')",
+        )
+        .await
+        .unwrap();
+    let (second, second_metrics) = start_relay(&db, &kafka, &hourly).await;
+    let page = scrape_until(
+        &http,
+        &second_metrics,
+        "the second relay's job ran",
+        |page| {
+            sample(
+                page,
+                "charges_maintenance_last_success_timestamp_seconds",
+                &[("task", "reconcile")],
+            ) > 0.0
+        },
+    )
+    .await;
+    assert_eq!(
+        sample(&page, "charges_reconcile_checked_at_timestamp_seconds", &[]),
+        counted_at,
+        "the second relay exports the first one's result: {page}"
+    );
+    assert_eq!(
+        sample(&page, "charges_reconcile_charges_without_outbox", &[]),
+        0.0
+    );
+    assert_eq!(recorded().await, (first_at, 0), "nothing was counted again");
+    assert!(!second.output_text().contains("broken invariants"));
+
+    // A relay for which the result is due counts, and records what it found.
+    let (_third, third_metrics) =
+        start_relay(&db, &kafka, &["--reconcile-interval", "100ms"]).await;
+    scrape_until(
+        &http,
+        &third_metrics,
+        "the charge without its event",
+        |page| sample(page, "charges_reconcile_charges_without_outbox", &[]) == 1.0,
+    )
+    .await;
+    let (later_at, count) = recorded().await;
+    assert!(later_at > first_at, "{later_at} after {first_at}");
+    assert_eq!(count, 1);
 }
 
 /// `dead discard`: refused without `--yes` off a terminal and for a row that is not

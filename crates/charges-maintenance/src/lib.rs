@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `purge_expired_keys` | [`key_purger`] | deletes `COMPLETED` idempotency keys past `expires_at` (this is where keys expire) |
 //! | `delete_published_outbox` | [`outbox_cleaner`] | deletes outbox rows published longer ago than the retention |
-//! | `reconcile` | [`reconciler`] | counts broken invariants (charges without their event, committed `STARTED` keys) |
+//! | `reconcile` | [`reconciler`] | counts broken invariants (charges without their event, committed `STARTED` keys), once per interval for all replicas |
 //! | `outbox_stats` | [`outbox_stats`] | refreshes the backlog gauges (pending, oldest pending age, dead) |
 //!
 //! # The runner
@@ -18,7 +18,8 @@
 //! - **Single flight.** A job with a [`Job::lock_key`] takes
 //!   `pg_try_advisory_xact_lock(key)` in each step's transaction; when another process
 //!   holds it, the run is skipped, so N replicas never do the same deletes side by
-//!   side. Read-only jobs have no key: every replica exports its own gauges.
+//!   side. Read-only jobs have no key: every replica exports its own gauges
+//!   (`reconcile` shares one count between replicas itself, see [`reconciler`]).
 //! - **Metrics**, by `task` (the job name): runs by outcome (`ok`, `skipped`, `failed`), rows affected,
 //!   duration, and the time of the last successful run (the alert for a stalled job).
 //! - **Failure policy.** A failed run is logged and counted, and the job runs again at

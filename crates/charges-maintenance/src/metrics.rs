@@ -27,6 +27,9 @@ pub const OUTBOX_DEAD: &str = "charges_relay_outbox_dead_rows";
 pub const CHARGES_WITHOUT_OUTBOX: &str = "charges_reconcile_charges_without_outbox";
 /// Gauge: committed `STARTED` idempotency keys older than the threshold. Must be 0.
 pub const STALE_STARTED_KEYS: &str = "charges_reconcile_stale_started_idempotency_keys";
+/// Gauge: Unix time the exported reconciliation counts were counted, by whichever
+/// relay checked (alert when it stops moving).
+pub const RECONCILE_CHECKED_AT: &str = "charges_reconcile_checked_at_timestamp_seconds";
 
 /// A run takes from milliseconds (a gauge) to seconds (a backlog of deletes).
 const DURATION_BUCKETS: &[f64] = &[0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0];
@@ -65,6 +68,10 @@ pub fn describe() {
         STALE_STARTED_KEYS,
         "Committed STARTED idempotency keys older than the threshold (must be 0)"
     );
+    metrics::describe_gauge!(
+        RECONCILE_CHECKED_AT,
+        "Unix time the exported reconciliation counts were counted (by any relay)"
+    );
 }
 
 pub(crate) fn run_finished(
@@ -94,7 +101,8 @@ pub(crate) fn outbox_stats(stats: &OutboxStats) {
     metrics::gauge!(OUTBOX_DEAD).set(stats.dead as f64);
 }
 
-pub(crate) fn reconciled(charges_without_outbox: i64, stale_started_keys: i64) {
-    metrics::gauge!(CHARGES_WITHOUT_OUTBOX).set(charges_without_outbox as f64);
-    metrics::gauge!(STALE_STARTED_KEYS).set(stale_started_keys as f64);
+pub(crate) fn reconciled(counts: &charges_store::ReconciliationCounts) {
+    metrics::gauge!(CHARGES_WITHOUT_OUTBOX).set(counts.charges_without_outbox as f64);
+    metrics::gauge!(STALE_STARTED_KEYS).set(counts.stale_started_keys as f64);
+    metrics::gauge!(RECONCILE_CHECKED_AT).set(counts.checked_at.timestamp_millis() as f64 / 1000.0);
 }

@@ -1,11 +1,17 @@
 //! The invariants the one-transaction design promises, counted: charges without their
 //! `ChargeCreated` outbox row, and committed `STARTED` idempotency keys. Both must be
-//! 0; the gauges are alerted on. Read-only, so every replica runs it and alert rules
-//! take `max()` over replicas.
+//! 0; the gauges are alerted on.
+//!
+//! The counts read whole tables, so they are shared (`reconciliation_result`, V10):
+//! each interval, the one relay that takes the check's lock while the latest result is
+//! due checks and records it; every relay exports the latest result, with the time it
+//! was counted. A relay that starts checks only if no recent result exists.
 
 use std::time::Duration;
 
-use charges_store::{ChargeStore, IdempotencyStore, StoreError, Transaction};
+use charges_store::{
+    ChargeStore, IdempotencyStore, ReconciliationResultStore, StoreError, Transaction,
+};
 
 use crate::{Job, Step, metrics};
 
@@ -39,12 +45,21 @@ impl Job for Reconciler {
     }
 
     async fn step(&self, tx: &Transaction<'_>) -> Result<Step, StoreError> {
+        let claim = ReconciliationResultStore::claim(tx, self.due_after()).await?;
+        if !claim.due {
+            // Another relay checked recently, or is checking right now.
+            if let Some(latest) = claim.latest {
+                metrics::reconciled(&latest);
+            }
+            return Ok(Step::Done(0));
+        }
         let without_outbox =
             ChargeStore::count_without_outbox(tx, self.settings.outbox_window).await?;
         let stale_started =
             IdempotencyStore::count_started_older_than(tx, self.settings.stale_started_after)
                 .await?;
-        metrics::reconciled(without_outbox, stale_started);
+        let counted = ReconciliationResultStore::record(tx, without_outbox, stale_started).await?;
+        metrics::reconciled(&counted);
         if without_outbox > 0 || stale_started > 0 {
             tracing::error!(
                 charges_without_outbox = without_outbox,
@@ -53,5 +68,14 @@ impl Job for Reconciler {
             );
         }
         Ok(Step::Done(0))
+    }
+}
+
+impl Reconciler {
+    /// A result this old is checked again. A little under the interval: relays tick
+    /// on their own clocks, and a result a few milliseconds short of `interval` must not
+    /// make every relay skip it for another whole interval.
+    fn due_after(&self) -> Duration {
+        self.settings.interval.mul_f64(0.9)
     }
 }

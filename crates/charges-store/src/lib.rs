@@ -3,7 +3,7 @@
 //! # Conventions
 //!
 //! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`,
-//!   `outbox_wakeup`),
+//!   `outbox_wakeup`, `reconciliation_result`),
 //!   holding every statement that touches that table; the schema itself lives in the
 //!   workspace's top-level `migrations/`, embedded by refinery.
 //! - **Statements are constants** at the top of their module, each documented with a
@@ -28,6 +28,7 @@ pub mod migrations;
 pub mod outbox;
 mod outbox_wakeup;
 mod pool;
+mod reconciliation_result;
 pub mod refunds;
 mod replay_cache;
 mod tls;
@@ -44,6 +45,9 @@ pub use outbox::{
 };
 pub use outbox_wakeup::OutboxWakeupStore;
 pub use pool::{PoolSettings, connect, detect_dead_peers};
+pub use reconciliation_result::{
+    ReconciliationClaim, ReconciliationCounts, ReconciliationResultStore,
+};
 pub use refunds::RefundStore;
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;

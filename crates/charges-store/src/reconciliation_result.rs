@@ -1,0 +1,96 @@
+//! `reconciliation_result`: the latest count of broken invariants, one row shared by
+//! every relay (migration V10 says why).
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+
+use crate::StoreError;
+
+/// Taken by the process that checks, for the rest of its transaction.
+const CHECK_LOCK_KEY: i64 = 0x7265_636f_6e63_0103;
+
+/// `ReconciliationResultClaim`: whether this transaction should check now — it holds
+/// the check's lock and the shared result is missing or at least `$2` ms old — and the
+/// result as it stands.
+const CLAIM: &str = "
+SELECT pg_try_advisory_xact_lock($1) AS locked,
+       (r.checked_at IS NULL OR r.checked_at <= now() - $2::bigint * interval '1 millisecond') AS due,
+       r.checked_at, r.charges_without_outbox, r.stale_started_keys
+  FROM (VALUES (true)) AS one (singleton)
+  LEFT JOIN reconciliation_result r USING (singleton)";
+
+/// `ReconciliationResultRecord`
+const RECORD: &str = "
+INSERT INTO reconciliation_result AS r (checked_at, charges_without_outbox, stale_started_keys)
+VALUES (now(), $1, $2)
+ON CONFLICT (singleton) DO UPDATE
+   SET checked_at = EXCLUDED.checked_at,
+       charges_without_outbox = EXCLUDED.charges_without_outbox,
+       stale_started_keys = EXCLUDED.stale_started_keys
+RETURNING checked_at, charges_without_outbox, stale_started_keys";
+
+/// Broken invariants as one check counted them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconciliationCounts {
+    pub checked_at: DateTime<Utc>,
+    pub charges_without_outbox: i64,
+    pub stale_started_keys: i64,
+}
+
+/// What [`ReconciliationResultStore::claim`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconciliationClaim {
+    /// This transaction holds the check's lock and the latest result is too old (or
+    /// there is none): it should check and record.
+    pub due: bool,
+    /// The latest result, if any relay ever recorded one.
+    pub latest: Option<ReconciliationCounts>,
+}
+
+pub struct ReconciliationResultStore;
+
+impl ReconciliationResultStore {
+    /// `older_than`: how old the latest result may be before a new check is due.
+    pub async fn claim(
+        client: &impl GenericClient,
+        older_than: std::time::Duration,
+    ) -> Result<ReconciliationClaim, StoreError> {
+        let older_than_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        let statement = client.prepare_cached(CLAIM).await?;
+        let row = client
+            .query_one(&statement, &[&CHECK_LOCK_KEY, &older_than_ms])
+            .await?;
+        let latest = match row.try_get::<_, Option<DateTime<Utc>>>("checked_at")? {
+            Some(checked_at) => Some(ReconciliationCounts {
+                checked_at,
+                charges_without_outbox: row.try_get("charges_without_outbox")?,
+                stale_started_keys: row.try_get("stale_started_keys")?,
+            }),
+            None => None,
+        };
+        let locked: bool = row.try_get("locked")?;
+        let due: bool = row.try_get("due")?;
+        Ok(ReconciliationClaim {
+            due: locked && due,
+            latest,
+        })
+    }
+
+    /// Records a check's counts as the latest result (it commits with the caller's
+    /// transaction) and returns it.
+    pub async fn record(
+        client: &impl GenericClient,
+        charges_without_outbox: i64,
+        stale_started_keys: i64,
+    ) -> Result<ReconciliationCounts, StoreError> {
+        let statement = client.prepare_cached(RECORD).await?;
+        let row = client
+            .query_one(&statement, &[&charges_without_outbox, &stale_started_keys])
+            .await?;
+        Ok(ReconciliationCounts {
+            checked_at: row.try_get("checked_at")?,
+            charges_without_outbox: row.try_get("charges_without_outbox")?,
+            stale_started_keys: row.try_get("stale_started_keys")?,
+        })
+    }
+}
