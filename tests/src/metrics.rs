@@ -54,6 +54,26 @@ pub async fn scrape_until(
     found.unwrap_or_else(|| panic!("never within {DEADLINE:?}: {what}; last scrape:\n{last}"))
 }
 
+/// Whether `text` shows a successful run of the maintenance job `task`.
+pub fn job_succeeded(text: &str, task: &str) -> bool {
+    sample(
+        text,
+        "charges_maintenance_last_success_timestamp_seconds",
+        &[("task", task)],
+    ) > 0.0
+}
+
+/// Scrapes `url` until the maintenance job `task` has succeeded once; returns that page.
+pub async fn scrape_until_job_succeeded(http: &reqwest::Client, url: &str, task: &str) -> String {
+    scrape_until(
+        http,
+        url,
+        &format!("maintenance job {task} succeeded"),
+        |page| job_succeeded(page, task),
+    )
+    .await
+}
+
 /// What every binary's `/metrics` carries besides its own series: its build info, the
 /// process metrics and the database pool (charges-runtime's `metrics::render`).
 pub fn assert_exports_build_process_and_pool(text: &str, binary: &str) {

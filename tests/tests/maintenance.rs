@@ -6,7 +6,7 @@
 //! waits, unready, instead of failing batch after batch.
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::metrics::{sample, scrape_until};
+use charges_tests::metrics::{sample, scrape_until, scrape_until_job_succeeded};
 use charges_tests::outbox::{count_outbox, insert_dead, insert_pending};
 use charges_tests::{Process, TestDb, log_field, poll_until, relay_command, start_relay};
 use reqwest::StatusCode;
@@ -86,14 +86,7 @@ async fn reconciliation_ignores_what_any_earlier_retention_deleted() {
 
     let (relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "100ms"]).await;
     let http = reqwest::Client::new();
-    let page = scrape_until(&http, &metrics, "a reconciliation ran", |page| {
-        sample(
-            page,
-            "charges_maintenance_last_success_timestamp_seconds",
-            &[("task", "reconcile")],
-        ) > 0.0
-    })
-    .await;
+    let page = scrape_until_job_succeeded(&http, &metrics, "reconcile").await;
     assert_eq!(
         sample(&page, "charges_reconcile_charges_without_outbox", &[]),
         0.0,
@@ -161,19 +154,7 @@ async fn reconciliation_is_counted_once_per_interval_for_every_relay() {
         .await
         .unwrap();
     let (second, second_metrics) = start_relay(&db, &kafka, &hourly).await;
-    let page = scrape_until(
-        &http,
-        &second_metrics,
-        "the second relay's job ran",
-        |page| {
-            sample(
-                page,
-                "charges_maintenance_last_success_timestamp_seconds",
-                &[("task", "reconcile")],
-            ) > 0.0
-        },
-    )
-    .await;
+    let page = scrape_until_job_succeeded(&http, &second_metrics, "reconcile").await;
     assert_eq!(
         sample(&page, "charges_reconcile_checked_at_timestamp_seconds", &[]),
         counted_at,
@@ -240,19 +221,7 @@ async fn a_discarded_event_is_kept_aside_and_accounted_for() {
     assert_eq!(count_outbox(&db, &format!("id = '{id}'")).await, 0);
 
     let (_relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "100ms"]).await;
-    let page = scrape_until(
-        &reqwest::Client::new(),
-        &metrics,
-        "a reconciliation ran",
-        |page| {
-            sample(
-                page,
-                "charges_maintenance_last_success_timestamp_seconds",
-                &[("task", "reconcile")],
-            ) > 0.0
-        },
-    )
-    .await;
+    let page = scrape_until_job_succeeded(&reqwest::Client::new(), &metrics, "reconcile").await;
     assert_eq!(
         sample(&page, "charges_reconcile_charges_without_outbox", &[]),
         0.0

@@ -3,7 +3,9 @@
 //! API, retention of idempotency keys (`charges-relay purge`) and reconciliation.
 
 use charges_tests::kafka::TestKafka;
-use charges_tests::metrics::{assert_exports_build_process_and_pool, sample, scrape, scrape_until};
+use charges_tests::metrics::{
+    assert_exports_build_process_and_pool, job_succeeded, sample, scrape, scrape_until,
+};
 use charges_tests::outbox::count_outbox;
 use charges_tests::{
     TestApi, TestDb, binary, connect, new_key, poll_until, relay_command, start_relay,
@@ -497,13 +499,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     // Inserted a second before the relay could see them.
     assert!(sample(&text, "charges_relay_delivery_lag_seconds_sum", &[]) >= 3.0);
     assert!(sample(&text, "charges_relay_batch_duration_seconds_count", &[]) >= 1.0);
-    assert!(
-        sample(
-            &text,
-            "charges_maintenance_last_success_timestamp_seconds",
-            &[("task", "reconcile")]
-        ) > 0.0
-    );
+    assert!(job_succeeded(&text, "reconcile"));
 
     for (path, status) in [("/healthz", StatusCode::OK), ("/readyz", StatusCode::OK)] {
         let response = get(&http, &format!("{ops}{path}")).await;
@@ -787,11 +783,7 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
         "the charge published and reconciled",
         |text| {
             sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
-                && sample(
-                    text,
-                    "charges_maintenance_last_success_timestamp_seconds",
-                    &[("task", "reconcile")],
-                ) > 0.0
+                && job_succeeded(text, "reconcile")
                 && text.contains("charges_relay_outbox_oldest_pending_age_seconds ")
         },
     )

@@ -7,7 +7,7 @@ use std::time::Duration;
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
 use charges_tests::kafka::produce;
-use charges_tests::metrics::{sample, scrape_until};
+use charges_tests::metrics::scrape_until_job_succeeded;
 use charges_tests::{
     DEADLINE, Process, TestDb, binary, block_on_own_runtime, connect, expect_problem, log_field,
     new_key, start_relay,
@@ -544,19 +544,7 @@ async fn api_and_relay_work_with_least_privilege_roles() {
         api.http.get(relay_readyz).send().await.unwrap().status(),
         StatusCode::OK
     );
-    scrape_until(
-        &api.http,
-        &relay_metrics,
-        "reconciliation succeeded",
-        |text| {
-            sample(
-                text,
-                "charges_maintenance_last_success_timestamp_seconds",
-                &[("task", "reconcile")],
-            ) > 0.0
-        },
-    )
-    .await;
+    scrape_until_job_succeeded(&api.http, &relay_metrics, "reconcile").await;
     purge_and_requeue_as_the_relay(&db, &relay_url, charge_id).await;
 
     // What the roles must not do.
