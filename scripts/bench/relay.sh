@@ -32,8 +32,9 @@ pending_only() {
   add_pending "$@"
 }
 
-# drain URL WORKERS [relay flags...] → seconds from launch (start-up included) to the
-# last mark, both on the database's clock, so the polling here does not add to it.
+# drain URL WORKERS [relay flags...] → "TOTAL FIRST": seconds from launch (start-up
+# included) to the last mark, and from launch to the first mark (the start-up), both on
+# the database's clock, so the polling here does not add to them.
 drain() {
   local target=$1 workers=$2 started relay_pids=(); shift 2
   started=$(psql_on "$target" -c "SELECT extract(epoch FROM clock_timestamp())")
@@ -44,7 +45,9 @@ drain() {
     relay_pids+=($!); pids+=($!)
   done
   drained "$target" 600 || { echo "bench: rows left pending (log: $out_dir/relay.log)" >&2; exit 1; }
-  psql_on "$target" -c "SELECT round((extract(epoch FROM max(published_at)) - $started)::numeric, 3) FROM outbox"
+  psql_on "$target" -c "SELECT round((extract(epoch FROM max(published_at)) - $started)::numeric, 3) || ' '
+                              || round((extract(epoch FROM min(published_at)) - $started)::numeric, 3)
+                         FROM outbox WHERE request_id = 'bench-pending'"
   stop_pids "${relay_pids[@]}"
 }
 
@@ -58,7 +61,9 @@ sql_floor() {
 }
 
 # relay_round URL WORKERS EVENTS_PER_CHARGE SQL_SCRIPT [relay flags...]: sets eps (the
-# relays' events/s) and sql_eps (pgbench's rows/s with one client per batch loop).
+# relays' events/s from launch), startup (seconds from launch to the first mark),
+# steady_eps (events/s after it) and sql_eps (pgbench's rows/s with one client per
+# batch loop).
 relay_round() {
   local target=$1 workers=$2 per=$3 script=$4 secs; shift 4
   pending_only "$target" "$per"
@@ -66,8 +71,9 @@ relay_round() {
   sql_eps=$(sql_floor "$target" $(( workers * concurrency )) "$script")
   pending_only "$target" "$per"
   log "relay: $workers relay(s), $relay_rows rows, $per event(s) per charge $*"
-  secs=$(drain "$target" "$workers" "$@")
+  read -r secs startup < <(drain "$target" "$workers" "$@")
   eps=$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
+  steady_eps=$(awk -v n="$relay_rows" -v s="$secs" -v f="$startup" 'BEGIN { printf "%.1f", n / (s - f) }')
 }
 
 stage_relay() {
@@ -87,9 +93,11 @@ stage_relay() {
     local mark=""; [ "$workers" = 2 ] && mark=" $(verdict "$r_sql" 0.8)"
     row "relay, $workers worker(s)|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql$mark"
     row "  same, vs the raw producer|$eps events/s|raw producer $raw_eps events/s|$r"
+    row "  same, after start-up ($startup s)|$steady_eps events/s|pgbench claim+mark $sql_eps rows/s|$(ratio "$steady_eps" "$sql_eps")"
     record relay_throughput ordering=unordered workers="$workers" rows="$relay_rows" batch_size="$batch" \
       concurrency="$concurrency" events_per_charge=1 events_per_s="$eps" raw_producer_events_per_s="$raw_eps" \
       ratio_to_raw_producer="$r" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" \
+      startup_seconds="$startup" events_per_s_after_startup="$steady_eps" \
       target="$([ "$workers" = 2 ] && echo 0.8 || echo null)"
     [ "$workers" = 2 ] && unordered_eps=$eps
   done

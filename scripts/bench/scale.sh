@@ -82,7 +82,7 @@ scale_relay() {
     for target in "$base_url" "$big_url"; do
       log "scale, relay round $round/$rounds: $relay_rows new rows on $([ "$target" = "$base_url" ] && echo "$base" || echo "$size") rows"
       add_pending "$target"
-      secs=$(drain "$target" 2)
+      read -r secs _ < <(drain "$target" 2)
       if [ "$target" = "$base_url" ]; then b_runs+=("$secs"); else g_runs+=("$secs"); fi
       psql_on "$target" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
     done
