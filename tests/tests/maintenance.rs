@@ -182,6 +182,49 @@ async fn reconciliation_is_counted_once_per_interval_for_every_relay() {
     assert_eq!(count, 1);
 }
 
+/// A count reads whole tables and may take longer than a batch transaction may (the
+/// relay's statement timeout, `--publish-timeout` + 2 s): at 5 million rows `make bench`
+/// saw every count cancelled by it, which would leave the gauges stale for good. Here a
+/// lock holds the count back past that timeout; it finishes once the lock goes.
+#[tokio::test]
+async fn a_reconciliation_count_may_outlast_a_batch_transaction() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let blocker = db.session().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    // start_relay's --publish-timeout is 2s: batch transactions end within 4 s.
+    let (relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "1h"]).await;
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity
+          WHERE application_name = 'charges-relay' AND wait_event_type = 'Lock'
+            AND query LIKE '%without_outbox%'
+            AND clock_timestamp() - query_start > interval '5 seconds'",
+        &[],
+        "the count waited longer than a batch transaction may",
+    )
+    .await;
+    blocker.batch_execute("COMMIT").await.unwrap();
+    let page = scrape_until(
+        &reqwest::Client::new(),
+        &metrics,
+        "the count finished",
+        |page| sample(page, "charges_reconcile_checked_at_timestamp_seconds", &[]) > 0.0,
+    )
+    .await;
+    assert_eq!(
+        sample(&page, "charges_reconcile_charges_without_outbox", &[]),
+        0.0
+    );
+    assert!(
+        !relay.output_text().contains("maintenance job failed"),
+        "{}",
+        relay.output_text()
+    );
+}
+
 /// `dead discard`: refused without `--yes` off a terminal and for a row that is not
 /// dead; with `--yes` the row moves to `outbox_discarded` with who and when, the audit
 /// line names it, and reconciliation counts its charge as accounted for.

@@ -25,6 +25,10 @@ pub struct ReconcileSettings {
     pub outbox_window: Duration,
     /// A committed `STARTED` key older than this is reported.
     pub stale_started_after: Duration,
+    /// How long each count may run: they read whole tables, and one cut short by the
+    /// pool's statement timeout (sized for request or batch transactions) would fail
+    /// on every run once the tables are large, leaving the gauges stale for good.
+    pub count_timeout: Duration,
 }
 
 pub struct Reconciler {
@@ -53,6 +57,7 @@ impl Job for Reconciler {
             }
             return Ok(Step::Done(0));
         }
+        ReconciliationResultStore::set_count_timeout(tx, self.settings.count_timeout).await?;
         let without_outbox =
             ChargeStore::count_without_outbox(tx, self.settings.outbox_window).await?;
         let stale_started =

@@ -313,6 +313,10 @@ fn start_jobs(
             interval: args.reconcile_interval,
             outbox_window: args.published_retention,
             stale_started_after: args.stale_started_after,
+            // A count may take its whole interval, never less than a batch may.
+            count_timeout: args
+                .reconcile_interval
+                .max(args.relay_settings().transaction_timeout()),
         },
     });
     jobs

@@ -19,6 +19,13 @@ SELECT pg_try_advisory_xact_lock($1) AS locked,
   FROM (VALUES (true)) AS one (singleton)
   LEFT JOIN reconciliation_result r USING (singleton)";
 
+/// `ReconciliationSetCountTimeout`: the count's own statement timeout (`SET LOCAL`, so
+/// it ends with the transaction), in milliseconds as text. The pool's timeout is sized
+/// for the relay's batches, and a count over millions of rows takes longer.
+const SET_COUNT_TIMEOUT: &str = "
+SELECT set_config('statement_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $1, true)";
+
 /// `ReconciliationResultRecord`
 const RECORD: &str = "
 INSERT INTO reconciliation_result AS r (checked_at, charges_without_outbox, stale_started_keys)
@@ -74,6 +81,18 @@ impl ReconciliationResultStore {
             due: locked && due,
             latest,
         })
+    }
+
+    /// Lets the rest of the caller's transaction's statements run up to `timeout` each.
+    pub async fn set_count_timeout(
+        client: &impl GenericClient,
+        timeout: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let statement = client.prepare_cached(SET_COUNT_TIMEOUT).await?;
+        client
+            .query_one(&statement, &[&timeout.as_millis().to_string()])
+            .await?;
+        Ok(())
     }
 
     /// Records a check's counts as the latest result (it commits with the caller's
