@@ -10,6 +10,9 @@
 # of the last 23 hours (fill.sql), settled; every run starts right after a checkpoint,
 # when an insert's first change to a page writes the whole page to the WAL.
 
+# The relay part drains with relay.sh's helpers, also when the relay stage is not run.
+source scripts/bench/relay.sh
+
 scale_keys() { # FILE ROWS: BENCH_REPLAY_KEYS keys of the fill, evenly spread over 1..ROWS
   local file=$1 rows=$2 n=${BENCH_REPLAY_KEYS:-10000}
   psql_on "$server_url" -c "SELECT md5('k' || (1 + (i - 1) * ($rows / $n)))::uuid FROM generate_series(1, $n) i" >"$file"
