@@ -225,6 +225,39 @@ async fn a_reconciliation_count_may_outlast_a_batch_transaction() {
     );
 }
 
+/// A count that may run for its whole interval must not hold up a relay's exit: on
+/// SIGTERM it is dropped after a batch's bound (its transaction rolls back; it is a read
+/// the next relay repeats) and the relay exits 0, saying so.
+#[tokio::test]
+async fn sigterm_does_not_wait_for_a_long_reconciliation_count() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let blocker = db.session().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let (mut relay, _) = start_relay(&db, &kafka, &["--reconcile-interval", "1h"]).await;
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity
+          WHERE application_name = 'charges-relay' AND wait_event_type = 'Lock'
+            AND query LIKE '%without_outbox%'",
+        &[],
+        "the count waits for the lock",
+    )
+    .await;
+    // The count may wait an hour; the exit must not.
+    relay.stop().await;
+    assert!(
+        relay
+            .output_text()
+            .contains("a maintenance job still running at shutdown was stopped"),
+        "{}",
+        relay.output_text()
+    );
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+}
+
 /// `dead discard`: refused without `--yes` off a terminal and for a row that is not
 /// dead; with `--yes` the row moves to `outbox_discarded` with who and when, the audit
 /// line names it, and reconciliation counts its charge as accounted for.
