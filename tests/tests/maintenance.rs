@@ -182,6 +182,33 @@ async fn reconciliation_is_counted_once_per_interval_for_every_relay() {
     assert_eq!(count, 1);
 }
 
+/// A relay (`--reconcile-interval 1h`, so its first count is its only one) whose
+/// reconciliation count has waited at least `waited_secs` for a lock on `charges`, its
+/// metrics URL, and the session holding that lock in an open transaction (`COMMIT` or
+/// `ROLLBACK` lets the count go on).
+async fn relay_with_its_count_held_back(
+    db: &TestDb,
+    kafka: &TestKafka,
+    waited_secs: f64,
+) -> (Process, String, tokio_postgres::Client) {
+    let blocker = db.session().await;
+    blocker
+        .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let (relay, metrics) = start_relay(db, kafka, &["--reconcile-interval", "1h"]).await;
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity
+          WHERE application_name = 'charges-relay' AND wait_event_type = 'Lock'
+            AND query LIKE '%without_outbox%'
+            AND clock_timestamp() - query_start >= $1::float8 * interval '1 second'",
+        &[&waited_secs],
+        "the count waited for the lock on charges",
+    )
+    .await;
+    (relay, metrics, blocker)
+}
+
 /// A count reads whole tables and may take longer than a batch transaction may (the
 /// relay's statement timeout, `--publish-timeout` + 2 s): at 5 million rows `make bench`
 /// saw every count cancelled by it, which would leave the gauges stale for good. Here a
@@ -190,22 +217,8 @@ async fn reconciliation_is_counted_once_per_interval_for_every_relay() {
 async fn a_reconciliation_count_may_outlast_a_batch_transaction() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let blocker = db.session().await;
-    blocker
-        .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
     // start_relay's --publish-timeout is 2s: batch transactions end within 4 s.
-    let (relay, metrics) = start_relay(&db, &kafka, &["--reconcile-interval", "1h"]).await;
-    db.wait_for(
-        "SELECT count(*) > 0 FROM pg_stat_activity
-          WHERE application_name = 'charges-relay' AND wait_event_type = 'Lock'
-            AND query LIKE '%without_outbox%'
-            AND clock_timestamp() - query_start > interval '5 seconds'",
-        &[],
-        "the count waited longer than a batch transaction may",
-    )
-    .await;
+    let (relay, metrics, blocker) = relay_with_its_count_held_back(&db, &kafka, 5.0).await;
     blocker.batch_execute("COMMIT").await.unwrap();
     let page = scrape_until(
         &reqwest::Client::new(),
@@ -232,20 +245,7 @@ async fn a_reconciliation_count_may_outlast_a_batch_transaction() {
 async fn sigterm_does_not_wait_for_a_long_reconciliation_count() {
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
-    let blocker = db.session().await;
-    blocker
-        .batch_execute("BEGIN; LOCK TABLE charges IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
-    let (mut relay, _) = start_relay(&db, &kafka, &["--reconcile-interval", "1h"]).await;
-    db.wait_for(
-        "SELECT count(*) > 0 FROM pg_stat_activity
-          WHERE application_name = 'charges-relay' AND wait_event_type = 'Lock'
-            AND query LIKE '%without_outbox%'",
-        &[],
-        "the count waits for the lock",
-    )
-    .await;
+    let (mut relay, _, blocker) = relay_with_its_count_held_back(&db, &kafka, 0.0).await;
     // The count may wait an hour; the exit must not.
     relay.stop().await;
     assert!(
