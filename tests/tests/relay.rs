@@ -439,6 +439,76 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     assert_published_exactly_once(&db, &kafka, std::slice::from_mut(&mut relay), ids).await;
 }
 
+/// 4c. Behind a backlog, claims start where the loops' last full batch ended (the
+///     claim cursor); a row they pass over — here one committed late with an old
+///     `created_at` — is still claimed within a second by a scan from the oldest row,
+///     while the backlog is still draining, not only once it is gone.
+#[tokio::test]
+async fn a_row_behind_the_claim_cursor_is_published_while_the_backlog_drains() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(2).await;
+    let Some(mock) = kafka.mock() else {
+        eprintln!("skipped: needs the mock cluster to slow the broker down");
+        return;
+    };
+    // 12 batches of 5 at 400 ms each: the backlog lasts about 5 s.
+    mock.broker_round_trip_time(-1, Duration::from_millis(400))
+        .expect("broker round-trip time");
+    let backlog = insert_pending(&db, 60, 0).await;
+    let (mut relay, _) = start_relay(
+        &db,
+        &kafka,
+        &[
+            "--concurrency",
+            "1",
+            "--batch-size",
+            "5",
+            "--publish-timeout",
+            "10s",
+        ],
+    )
+    .await;
+    db.wait_for(
+        "SELECT count(*) >= 5 FROM outbox WHERE published_at IS NOT NULL",
+        &[],
+        "a first full batch published (the cursor moved past it)",
+    )
+    .await;
+    // Behind some 50 pending rows, so no claim reaches it before it is made old.
+    let late = insert_pending(&db, 1, 0).await[0];
+    db.client()
+        .execute(
+            "UPDATE outbox SET created_at = '2000-01-01T00:00:00Z' WHERE id = $1",
+            &[&late],
+        )
+        .await
+        .expect("make the row older than the cursor");
+    db.wait_for(
+        "SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL",
+        &[],
+        "every row published",
+    )
+    .await;
+    let published_after_it: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM outbox
+              WHERE published_at > (SELECT published_at FROM outbox WHERE id = $1)",
+            &[&late],
+        )
+        .await
+        .expect("backlog rows published after the late row")
+        .get(0);
+    assert!(
+        published_after_it >= 5,
+        "the late row waited for the backlog to drain: only {published_after_it} rows were published after it"
+    );
+
+    let mut ids = backlog;
+    ids.push(late);
+    assert_published_exactly_once(&db, &kafka, std::slice::from_mut(&mut relay), ids).await;
+}
+
 /// 5. A row that cannot be published (bigger than `message.max.bytes`) goes dead after
 ///    --max-attempts while its batch neighbours are published; `dead list` shows it and
 ///    `dead requeue` makes it pending again.

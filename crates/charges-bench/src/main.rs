@@ -195,7 +195,9 @@ fn pgbench_relay_script(batch_size: u32, ordered: bool) -> String {
     } else {
         charges_store::outbox::CLAIM_PENDING
     };
-    let claim = bind(claim, &[&batch_size.to_string()]);
+    // Always from the oldest row ($2 NULL): the floor is the plain statement, without
+    // the relay's claim cursor.
+    let claim = bind(claim, &[&batch_size.to_string(), "NULL"]);
     let claim = claim.trim_end().trim_end_matches(';');
     let mark = bind(
         charges_store::outbox::MARK_PUBLISHED_MANY,

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod broker;
 mod commands;
 pub mod config;
+pub mod cursor;
 mod error;
 pub mod failure;
 pub mod listener;

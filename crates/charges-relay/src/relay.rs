@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::backoff::Backoff;
 use crate::broker::BrokerHealth;
+use crate::cursor::ClaimCursor;
 use crate::failure::{FailureKind, PublishError};
 use crate::publish::{MessageSettings, Producers, publish_batch};
 use crate::wakeup::WakeupRequest;
@@ -73,6 +74,8 @@ pub struct Relay {
     health: Arc<BrokerHealth>,
     /// The process's readiness: batches that keep failing make it not ready.
     process: Arc<Health>,
+    /// Shared by the batch loops: where their next claim starts.
+    cursor: ClaimCursor,
 }
 
 impl Relay {
@@ -89,6 +92,7 @@ impl Relay {
             settings,
             health,
             process,
+            cursor: ClaimCursor::default(),
         }
     }
 
@@ -144,12 +148,19 @@ impl Relay {
         Ok(outcome)
     }
 
-    /// Bounds the transaction server-side, then locks the batch.
+    /// Bounds the transaction server-side, then locks the batch, scanning from the
+    /// loops' shared cursor.
     async fn claim(&self, transaction: &Transaction<'_>) -> Result<Vec<PendingEvent>, RelayError> {
         let bound = self.settings.transaction_timeout();
         OutboxStore::set_claim_timeouts(transaction, bound, bound).await?;
-        let limit = i64::from(self.settings.batch_size);
-        Ok(OutboxStore::claim_pending(transaction, limit, self.settings.ordered).await?)
+        let limit = self.settings.batch_size as usize;
+        let from = self.cursor.start();
+        let events =
+            OutboxStore::claim_pending(transaction, limit as i64, from, self.settings.ordered)
+                .await?;
+        self.cursor
+            .claimed(events.last().map(|e| e.created_at), events.len() == limit);
+        Ok(events)
     }
 
     /// A batch in which nothing was acknowledged and every failure was an

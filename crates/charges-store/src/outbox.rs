@@ -2,6 +2,7 @@
 //! publish. The API only inserts; everything else here belongs to the relay.
 
 use charges_domain::EventType;
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -22,8 +23,9 @@ const CLAIM_SET_TIMEOUTS: &str = "
 SELECT set_config('idle_in_transaction_session_timeout', $1, true),
        set_config('statement_timeout', $2, true)";
 
-/// `OutboxClaimPending`: the oldest publishable rows that no other relay holds.
-/// Matches `outbox_pending_idx` (predicate and order).
+/// `OutboxClaimPending`: the oldest publishable rows created at or after `$2` (NULL:
+/// from the oldest) that no other relay holds. Matches `outbox_pending_idx`
+/// (predicate and order; `$2` bounds the index range, so the scan starts there).
 pub const CLAIM_PENDING: &str = "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
@@ -32,6 +34,7 @@ FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
   AND next_attempt_at <= now()
+  AND created_at >= coalesce($2::timestamptz, '-infinity')
 ORDER BY created_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED";
@@ -50,6 +53,7 @@ FROM outbox o
 WHERE o.published_at IS NULL
   AND o.dead_at IS NULL
   AND o.next_attempt_at <= now()
+  AND o.created_at >= coalesce($2::timestamptz, '-infinity')
   AND NOT EXISTS (SELECT 1 FROM outbox earlier
                    WHERE earlier.aggregate_type = o.aggregate_type
                      AND earlier.aggregate_id = o.aggregate_id
@@ -309,12 +313,14 @@ impl OutboxStore {
         Ok(())
     }
 
-    /// Locks and returns up to `limit` publishable rows, oldest first, skipping rows
-    /// other relays hold; with `ordered`, only the oldest unpublished event of each
-    /// aggregate. The locks last until the caller's transaction ends.
+    /// Locks and returns up to `limit` publishable rows created at or after `from`
+    /// (`None`: from the oldest), oldest first, skipping rows other relays hold; with
+    /// `ordered`, only the oldest unpublished event of each aggregate. The locks last
+    /// until the caller's transaction ends.
     pub async fn claim_pending(
         client: &impl GenericClient,
         limit: i64,
+        from: Option<DateTime<Utc>>,
         ordered: bool,
     ) -> Result<Vec<PendingEvent>, StoreError> {
         let sql = if ordered {
@@ -323,7 +329,7 @@ impl OutboxStore {
             CLAIM_PENDING
         };
         let statement = client.prepare_cached(sql).await?;
-        let rows = client.query(&statement, &[&limit]).await?;
+        let rows = client.query(&statement, &[&limit, &from]).await?;
         rows.iter()
             .map(|row| {
                 Ok(PendingEvent {
