@@ -1,7 +1,8 @@
 # Stage relay: BENCH_RELAY_ROWS pending rows drained into the mock cluster by 1 and 2
 # relays at their defaults, against the raw producer (same payloads, no database) and
 # against pgbench running the relay's own claim + mark with as many clients as the
-# relays have batch loops (the target's floor); then --ordering per-aggregate.
+# relays have batch loops (the target's floor), in BENCH_ROUNDS alternating rounds
+# (medians); then --ordering per-aggregate.
 
 relay_rows="${BENCH_RELAY_ROWS:-100000}"
 batch="${BENCH_BATCH:-500}"             # the relay's default --batch-size
@@ -60,20 +61,29 @@ sql_floor() {
   awk -v n="$relay_rows" -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", n / (b - a) }'
 }
 
-# relay_round URL WORKERS EVENTS_PER_CHARGE SQL_SCRIPT [relay flags...]: sets eps (the
-# relays' events/s from launch), startup (seconds from launch to the first mark),
-# steady_eps (events/s after it) and sql_eps (pgbench's rows/s with one client per
-# batch loop).
+# relay_round URL WORKERS EVENTS_PER_CHARGE SQL_SCRIPT [relay flags...]: BENCH_ROUNDS
+# alternating rounds of the floor and the relays, each on a fresh backlog; sets the
+# medians eps (the relays' events/s from launch), startup (seconds from launch to the
+# first mark), steady_eps (events/s after it) and sql_eps (pgbench's rows/s with one
+# client per batch loop), and the rounds' figures in eps_rounds and sql_rounds.
 relay_round() {
-  local target=$1 workers=$2 per=$3 script=$4 secs; shift 4
-  pending_only "$target" "$per"
-  log "relay: SQL floor (pgbench), $(( workers * concurrency )) client(s), $per event(s) per charge"
-  sql_eps=$(sql_floor "$target" $(( workers * concurrency )) "$script")
-  pending_only "$target" "$per"
-  log "relay: $workers relay(s), $relay_rows rows, $per event(s) per charge $*"
-  read -r secs startup < <(drain "$target" "$workers" "$@")
+  local target=$1 workers=$2 per=$3 script=$4 round secs first all=() firsts=() sqls=(); shift 4
+  for round in $(seq 1 "$rounds"); do
+    pending_only "$target" "$per"
+    log "relay, round $round/$rounds: SQL floor (pgbench), $(( workers * concurrency )) client(s), $per event(s) per charge"
+    sqls+=("$(sql_floor "$target" $(( workers * concurrency )) "$script")")
+    pending_only "$target" "$per"
+    log "relay, round $round/$rounds: $workers relay(s), $relay_rows rows, $per event(s) per charge $*"
+    read -r secs first < <(drain "$target" "$workers" "$@")
+    all+=("$secs"); firsts+=("$first")
+  done
+  secs=$(printf '%s\n' "${all[@]}" | median)
+  startup=$(printf '%s\n' "${firsts[@]}" | median)
+  sql_eps=$(printf '%s\n' "${sqls[@]}" | median)
   eps=$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
   steady_eps=$(awk -v n="$relay_rows" -v s="$secs" -v f="$startup" 'BEGIN { printf "%.1f", n / (s - f) }')
+  eps_rounds="[$(printf '%s\n' "${all[@]}" | awk -v n="$relay_rows" '{ printf "%s%.1f", NR > 1 ? "," : "", n / $1 }')]"
+  sql_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${sqls[@]}")")]"
 }
 
 stage_relay() {
@@ -97,7 +107,8 @@ stage_relay() {
     record relay_throughput ordering=unordered workers="$workers" rows="$relay_rows" batch_size="$batch" \
       concurrency="$concurrency" events_per_charge=1 events_per_s="$eps" raw_producer_events_per_s="$raw_eps" \
       ratio_to_raw_producer="$r" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" \
-      startup_seconds="$startup" events_per_s_after_startup="$steady_eps" \
+      startup_seconds="$startup" events_per_s_after_startup="$steady_eps" rounds="$rounds" \
+      events_per_s_rounds="$eps_rounds" sql_floor_rows_per_s_rounds="$sql_rounds" \
       target="$([ "$workers" = 2 ] && echo 0.8 || echo null)"
     [ "$workers" = 2 ] && unordered_eps=$eps
   done
@@ -108,6 +119,7 @@ stage_relay() {
     row "  same, vs its SQL|$eps events/s|pgbench ordered claim+mark $sql_eps rows/s|$r_sql"
     record relay_throughput ordering=per-aggregate workers=2 rows="$relay_rows" batch_size="$batch" \
       concurrency="$concurrency" events_per_charge="$per" events_per_s="$eps" raw_producer_events_per_s="$raw_eps" \
-      sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" ratio_to_unordered="$r"
+      sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" ratio_to_unordered="$r" rounds="$rounds" \
+      events_per_s_rounds="$eps_rounds" sql_floor_rows_per_s_rounds="$sql_rounds"
   done
 }
