@@ -82,7 +82,7 @@ relay_round() {
   sql_eps=$(printf '%s\n' "${sqls[@]}" | median)
   eps=$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')
   steady_eps=$(awk -v n="$relay_rows" -v s="$secs" -v f="$startup" 'BEGIN { printf "%.1f", n / (s - f) }')
-  eps_rounds="[$(printf '%s\n' "${all[@]}" | awk -v n="$relay_rows" '{ printf "%s%.1f", NR > 1 ? "," : "", n / $1 }')]"
+  eps_rounds="[$(printf '%s\n' "${all[@]}" | awk -v n="$relay_rows" '{ printf "%s%.1f", (NR > 1 ? "," : ""), n / $1 }')]"
   sql_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${sqls[@]}")")]"
 }
 

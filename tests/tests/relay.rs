@@ -390,20 +390,30 @@ async fn four_relays_publish_ten_thousand_rows_exactly_once_each() {
     assert_published_exactly_once(&db, &kafka, &mut relays, ids).await;
 }
 
+/// A database and a mock cluster whose every round trip takes 400 ms, so that a relay's
+/// batches stay in flight long enough to be seen; `None` (the test skips) against a
+/// real broker.
+async fn with_a_slow_mock_broker() -> Option<(TestDb, TestKafka)> {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(2).await;
+    let Some(mock) = kafka.mock() else {
+        eprintln!("skipped: needs the mock cluster to slow the broker down");
+        return None;
+    };
+    mock.broker_round_trip_time(-1, Duration::from_millis(400))
+        .expect("broker round-trip time");
+    Some((db, kafka))
+}
+
 /// 4b. One relay with `--concurrency 3` keeps three batches in flight at once (three
 ///     open claim transactions while a slow broker holds the acks), on disjoint rows:
 ///     every row is published, none twice.
 #[tokio::test]
 async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
     const ROWS: usize = 60;
-    let db = TestDb::new().await;
-    let kafka = TestKafka::new(2).await;
-    let Some(mock) = kafka.mock() else {
-        eprintln!("skipped: needs the mock cluster to slow the broker down");
+    let Some((db, kafka)) = with_a_slow_mock_broker().await else {
         return;
     };
-    mock.broker_round_trip_time(-1, Duration::from_millis(400))
-        .expect("broker round-trip time");
     let (mut relay, _) = start_relay(
         &db,
         &kafka,
@@ -445,15 +455,10 @@ async fn one_relay_keeps_concurrency_batches_in_flight_on_disjoint_rows() {
 ///     while the backlog is still draining, not only once it is gone.
 #[tokio::test]
 async fn a_row_behind_the_claim_cursor_is_published_while_the_backlog_drains() {
-    let db = TestDb::new().await;
-    let kafka = TestKafka::new(2).await;
-    let Some(mock) = kafka.mock() else {
-        eprintln!("skipped: needs the mock cluster to slow the broker down");
+    // 12 batches of 5 at 400 ms each: the backlog lasts about 5 s.
+    let Some((db, kafka)) = with_a_slow_mock_broker().await else {
         return;
     };
-    // 12 batches of 5 at 400 ms each: the backlog lasts about 5 s.
-    mock.broker_round_trip_time(-1, Duration::from_millis(400))
-        .expect("broker round-trip time");
     let backlog = insert_pending(&db, 60, 0).await;
     let (mut relay, _) = start_relay(
         &db,
