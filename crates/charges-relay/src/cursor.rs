@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn a_full_batch_moves_the_cursor_and_a_short_one_resets_it() {
-        let cursor = ClaimCursor::new(FROM_OLDEST_EVERY);
+        let cursor = ClaimCursor::new(Duration::from_secs(3600));
         assert_eq!(cursor.start(), None);
         cursor.claimed(Some(at(5)), true);
         assert_eq!(cursor.start(), Some(at(5)));
