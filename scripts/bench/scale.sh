@@ -77,6 +77,14 @@ scale_report() {
   done
 }
 
+# drain_new_rows URL → drain's "TOTAL FIRST": 2 relays drain relay_rows new pending rows,
+# which are then deleted, so every drain starts in front of the same published rows.
+drain_new_rows() {
+  add_pending "$1"
+  drain "$1" 2
+  psql_on "$1" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
+}
+
 # scale_relay BASE_URL BIG_URL SIZE BASE: 2 relays draining new rows on each, alternating.
 scale_relay() {
   local base_url=$1 big_url=$2 size=$3 base=$4 round b_runs=() g_runs=() secs b g r
@@ -87,17 +95,13 @@ scale_relay() {
   # 1 % of one core; unwarmed, it lands in whichever 2-second round comes first.
   for target in "$base_url" "$big_url"; do
     log "scale, relay warm-up: $relay_rows new rows"
-    add_pending "$target"
-    drain "$target" 2 >/dev/null
-    psql_on "$target" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
+    drain_new_rows "$target" >/dev/null
   done
   for round in $(seq 1 "$rounds"); do
     for target in "$base_url" "$big_url"; do
       log "scale, relay round $round/$rounds: $relay_rows new rows on $([ "$target" = "$base_url" ] && echo "$base" || echo "$size") rows"
-      add_pending "$target"
-      read -r secs _ < <(drain "$target" 2)
+      read -r secs _ < <(drain_new_rows "$target")
       if [ "$target" = "$base_url" ]; then b_runs+=("$secs"); else g_runs+=("$secs"); fi
-      psql_on "$target" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
     done
   done
   b=$(awk -v n="$relay_rows" -v s="$(printf '%s\n' "${b_runs[@]}" | sort -rn | median)" 'BEGIN { printf "%.1f", n / s }')
