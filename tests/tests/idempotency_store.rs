@@ -122,6 +122,76 @@ async fn one_key_on_two_endpoints_is_two_operations() {
     assert_eq!(db.count("idempotency_keys").await, 2);
 }
 
+/// Two retries of one finished request arriving together: the one that finds the key's
+/// lock taken by the other still gets the stored response (or `PayloadConflict` for
+/// another body), not `InFlight`, since nothing can change a completed, unexpired key.
+/// An expired key is what the lock's holder may be reserving again: that one is in
+/// flight, and after the holder is gone it runs anew.
+#[tokio::test]
+async fn a_completed_key_is_replayed_while_another_request_holds_its_lock() {
+    let db = TestDb::new().await;
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
+    let done = Echo("done");
+    let valid = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    let expired = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    for (key, expires_in_secs) in [(&valid, 3600.0), (&expired, -1.0)] {
+        db.client()
+            .execute(
+                "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                               response_status, response_headers,
+                                               response_body, created_at, expires_at)
+                 VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'done',
+                         now() - interval '1 hour',
+                         now() + $3::float8 * interval '1 second')",
+                &[
+                    &key.to_string(),
+                    &done.fingerprint().as_str(),
+                    &expires_in_secs,
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    // The lock RESERVE takes for (key, endpoint), held here as another request would.
+    let holder = db.session().await;
+    let lock = "SELECT pg_advisory_lock(hashtextextended('/charges' || ' ' || $1, 0))";
+    for key in [&valid, &expired] {
+        holder.query_one(lock, &[&key.to_string()]).await.unwrap();
+    }
+
+    let replayed = store.run(&pool, &valid, "/charges", &done).await.unwrap();
+    assert_eq!(
+        replayed,
+        IdempotentOutcome::Replayed(StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: "done".into(),
+        })
+    );
+    let other_body = store
+        .run(&pool, &valid, "/charges", &Echo("other"))
+        .await
+        .unwrap();
+    assert_eq!(other_body, IdempotentOutcome::PayloadConflict);
+    // Also proves the lock above is the one RESERVE takes: free, this key would run.
+    let busy = store.run(&pool, &expired, "/charges", &done).await.unwrap();
+    assert_eq!(busy, IdempotentOutcome::InFlight);
+
+    holder
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    let rerun = store.run(&pool, &expired, "/charges", &done).await.unwrap();
+    assert!(
+        matches!(rerun, IdempotentOutcome::Executed(ref r) if r.body == "done"),
+        "{rerun:?}"
+    );
+    assert_eq!(db.count("idempotency_keys").await, 2);
+}
+
 /// READ COMMITTED takes the reservation statement's snapshot before its advisory lock is
 /// granted, so a winner that commits in between is seen by `ON CONFLICT` but not by the
 /// statement's own read of the row (found by `make soak` as a rare 503). The request must

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use charges_domain::{Fingerprint, IdempotencyKey};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{GenericClient, Pool, Transaction};
+use tokio_postgres::Row;
 
 use crate::StoreError;
 use crate::replay_cache::ReplayCache;
@@ -126,8 +127,9 @@ pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
 /// `IdempotencyKeyReserve`: one round trip that decides the request's fate.
 ///
 /// The loser of a race never waits for the winner. `pg_try_advisory_xact_lock` on a
-/// hash of `(endpoint, key)` answers at once; whoever fails it gets `InFlight` and
-/// rolls back. Whoever gets it is the only writer of that `(key, endpoint)`, so its
+/// hash of `(endpoint, key)` answers at once; whoever fails it rolls back with the
+/// completed, unexpired row it read replayed (the holder is then another retry), or
+/// else with `InFlight`. Whoever gets it is the only writer of that `(key, endpoint)`, so its
 /// `INSERT … ON CONFLICT` never blocks on another transaction's uncommitted row (which a
 /// plain unique-index insert would). The lock is released at commit or rollback; the
 /// next holder's statement sees the committed row and replays it.
@@ -320,7 +322,14 @@ impl IdempotencyStore {
             [&key, &endpoint, &fingerprint.as_str(), &ttl_ms];
         let mut row = tx.query_one(&statement, &params).await?;
         if !row.try_get::<_, bool>("acquired")? {
-            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+            // Another request for this key holds its lock: one writing it, or one more
+            // retry of a request that already finished. A completed row within its TTL
+            // is final whatever the holder does (only an expired one is reserved again),
+            // so it is answered now rather than sent back as in flight.
+            if !completed_and_unexpired(&row)? {
+                return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+            }
+            return stored_outcome(&row, fingerprint);
         }
         // Reserved neither by us nor visible to us: READ COMMITTED took the statement's
         // snapshot before the lock was granted, and the previous holder committed the row
@@ -336,33 +345,46 @@ impl IdempotencyStore {
                 now: row.try_get("now")?,
             });
         }
-        let Some(stored_hash) = row.try_get::<_, Option<String>>("request_hash")? else {
-            // Only a concurrent purge of an expired row could do this now; the next
-            // attempt finds the key free, so it is busy, not broken.
-            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
-        };
-        if stored_hash != fingerprint.as_str() {
-            return Ok(Reservation::Decided(IdempotentOutcome::PayloadConflict));
-        }
-        let status: String = row.try_get("status")?;
-        if status != "COMPLETED" {
-            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
-        }
-        let response = StoredResponse {
-            status: u16::try_from(row.try_get::<_, i32>("response_status")?).map_err(|e| {
-                StoreError::Decode {
-                    column: "response_status",
-                    reason: e.to_string(),
-                }
-            })?,
-            headers: decode_headers(row.try_get("response_headers")?)?,
-            body: row.try_get("response_body")?,
-        };
-        let now: DateTime<Utc> = row.try_get("now")?;
-        let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
-        let remaining = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
-        Ok(Reservation::Completed(response, remaining))
+        stored_outcome(&row, fingerprint)
     }
+}
+
+/// Whether RESERVE found a `COMPLETED` row that has not expired at the statement's time.
+fn completed_and_unexpired(row: &Row) -> Result<bool, StoreError> {
+    let completed = row.try_get::<_, Option<&str>>("status")? == Some("COMPLETED");
+    let now: DateTime<Utc> = row.try_get("now")?;
+    let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at")?;
+    Ok(completed && expires_at.is_some_and(|at| at > now))
+}
+
+/// What a request gets from the row RESERVE found for its key, when it reserved nothing.
+fn stored_outcome(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, StoreError> {
+    let Some(stored_hash) = row.try_get::<_, Option<String>>("request_hash")? else {
+        // Only a concurrent purge of an expired row could do this now; the next
+        // attempt finds the key free, so it is busy, not broken.
+        return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+    };
+    if stored_hash != fingerprint.as_str() {
+        return Ok(Reservation::Decided(IdempotentOutcome::PayloadConflict));
+    }
+    let status: String = row.try_get("status")?;
+    if status != "COMPLETED" {
+        return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+    }
+    let response = StoredResponse {
+        status: u16::try_from(row.try_get::<_, i32>("response_status")?).map_err(|e| {
+            StoreError::Decode {
+                column: "response_status",
+                reason: e.to_string(),
+            }
+        })?,
+        headers: decode_headers(row.try_get("response_headers")?)?,
+        body: row.try_get("response_body")?,
+    };
+    let now: DateTime<Utc> = row.try_get("now")?;
+    let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
+    let remaining = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
+    Ok(Reservation::Completed(response, remaining))
 }
 
 async fn complete(
