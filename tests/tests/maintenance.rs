@@ -240,7 +240,8 @@ async fn a_reconciliation_count_may_outlast_a_batch_transaction() {
 
 /// A count that may run for its whole interval must not hold up a relay's exit: on
 /// SIGTERM it is dropped after a batch's bound (its transaction rolls back; it is a read
-/// the next relay repeats) and the relay exits 0, saying so.
+/// the next relay repeats) and the relay exits 0, saying so. Nor may it outlive the
+/// relay in Postgres, still reading and holding the check's lock.
 #[tokio::test]
 async fn sigterm_does_not_wait_for_a_long_reconciliation_count() {
     let db = TestDb::new().await;
@@ -255,7 +256,34 @@ async fn sigterm_does_not_wait_for_a_long_reconciliation_count() {
         "{}",
         relay.output_text()
     );
+    wait_until_no_count_runs(&db).await;
     blocker.batch_execute("ROLLBACK").await.unwrap();
+}
+
+/// A relay killed outright (SIGKILL, the OOM killer) while it counts: Postgres ends the
+/// count by itself, instead of reading whole tables for the count's timeout (the
+/// interval, 5 min by default) with nobody to read the result, and holding the check's
+/// lock so that no other relay counts meanwhile.
+#[tokio::test]
+async fn a_count_ends_with_its_killed_relay() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    let (mut relay, _, blocker) = relay_with_its_count_held_back(&db, &kafka, 0.0).await;
+    relay.kill9().await;
+    // While the blocker holds its lock the count can only wait: if its backend ends
+    // now, Postgres noticed the relay was gone.
+    wait_until_no_count_runs(&db).await;
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+}
+
+async fn wait_until_no_count_runs(db: &TestDb) {
+    db.wait_for(
+        "SELECT count(*) = 0 FROM pg_stat_activity
+          WHERE application_name = 'charges-relay' AND query LIKE '%without_outbox%'",
+        &[],
+        "the count's backend ended after its relay",
+    )
+    .await;
 }
 
 /// `dead discard`: refused without `--yes` off a terminal and for a row that is not

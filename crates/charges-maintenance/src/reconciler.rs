@@ -57,7 +57,7 @@ impl Job for Reconciler {
             }
             return Ok(Step::Done(0));
         }
-        ReconciliationResultStore::set_count_timeout(tx, self.settings.count_timeout).await?;
+        ReconciliationResultStore::bound_count(tx, self.settings.count_timeout).await?;
         let without_outbox =
             ChargeStore::count_without_outbox(tx, self.settings.outbox_window).await?;
         let stale_started =

@@ -266,7 +266,8 @@ impl Workers {
         // Steps are not cut short, but none may hold up the exit: a reconciliation count
         // may run for its whole interval on large tables. Whatever is still running after
         // a batch's bound is dropped, and its transaction rolls back: a delete batch or a
-        // count, both done again after the restart.
+        // count, both done again after the restart. Postgres stops a count within a second
+        // of the exit (`ReconciliationResultStore::bound_count`).
         if tokio::time::timeout(flush_timeout + TRANSACTION_MARGIN, jobs.join())
             .await
             .is_err()

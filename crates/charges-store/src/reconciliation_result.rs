@@ -19,12 +19,20 @@ SELECT pg_try_advisory_xact_lock($1) AS locked,
   FROM (VALUES (true)) AS one (singleton)
   LEFT JOIN reconciliation_result r USING (singleton)";
 
-/// `ReconciliationSetCountTimeout`: the count's own statement timeout (`SET LOCAL`, so
-/// it ends with the transaction), in milliseconds as text. The pool's timeout is sized
-/// for the relay's batches, and a count over millions of rows takes longer.
-const SET_COUNT_TIMEOUT: &str = "
+/// `ReconciliationBoundCount`: the count's own statement timeout (`SET LOCAL`, so it
+/// ends with the transaction), in milliseconds as text: the pool's timeout is sized for
+/// the relay's batches, and a count over millions of rows takes longer. And a check,
+/// every `$2` ms while a statement runs, that the relay is still connected: a relay that
+/// exits (a restart, SIGKILL, the OOM killer) while its count runs would otherwise leave
+/// Postgres reading whole tables for up to `$1`, holding the check's lock so that no
+/// other relay counts meanwhile (Postgres 14 or later).
+const BOUND_COUNT: &str = "
 SELECT set_config('statement_timeout', $1, true),
-       set_config('idle_in_transaction_session_timeout', $1, true)";
+       set_config('idle_in_transaction_session_timeout', $1, true),
+       set_config('client_connection_check_interval', $2, true)";
+
+/// How soon Postgres ends a count whose relay has gone.
+const GONE_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `ReconciliationResultRecord`
 const RECORD: &str = "
@@ -83,14 +91,21 @@ impl ReconciliationResultStore {
         })
     }
 
-    /// Lets the rest of the caller's transaction's statements run up to `timeout` each.
-    pub async fn set_count_timeout(
+    /// Lets the rest of the caller's transaction's statements run up to `timeout` each,
+    /// and only while the caller is still connected.
+    pub async fn bound_count(
         client: &impl GenericClient,
         timeout: std::time::Duration,
     ) -> Result<(), StoreError> {
-        let statement = client.prepare_cached(SET_COUNT_TIMEOUT).await?;
+        let statement = client.prepare_cached(BOUND_COUNT).await?;
         client
-            .query_one(&statement, &[&timeout.as_millis().to_string()])
+            .query_one(
+                &statement,
+                &[
+                    &timeout.as_millis().to_string(),
+                    &GONE_CHECK_EVERY.as_millis().to_string(),
+                ],
+            )
             .await?;
         Ok(())
     }
