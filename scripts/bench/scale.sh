@@ -79,20 +79,43 @@ scale_report() {
 
 # drain_new_rows URL → drain's "TOTAL FIRST": 2 relays drain relay_rows new pending rows,
 # which are then deleted, so every drain starts in front of the same published rows.
+# Their reconciliation is left to reconcile_once: its count reads whole tables (minutes
+# at 20 million rows, once per --reconcile-interval for all relays), and a count that
+# came due in a 2-second drain would be measured as the drain's.
 drain_new_rows() {
   add_pending "$1"
-  drain "$1" 2
+  drain "$1" 2 --reconcile-interval 1h
   psql_on "$1" -c "DELETE FROM outbox WHERE request_id = 'bench-pending'" >/dev/null
+}
+
+# reconcile_once URL → seconds from a relay's launch to its recorded reconciliation
+# (the count of charges without their outbox row and of stale keys, over whole tables).
+reconcile_once() {
+  local target=$1 started pid seconds=""
+  psql_on "$target" -c "DELETE FROM reconciliation_result" >/dev/null
+  started=$(psql_on "$target" -c "SELECT extract(epoch FROM clock_timestamp())")
+  RUST_LOG=warn "$bin/charges-relay" --database-url "$target" --kafka-brokers "$brokers" \
+    --metrics-listen 127.0.0.1:0 >>"$out_dir/relay.log" 2>&1 &
+  pid=$!; pids+=("$pid")
+  while [ -z "$seconds" ]; do
+    kill -0 "$pid" 2>/dev/null || { echo "bench: the relay exited (log: $out_dir/relay.log)" >&2; exit 1; }
+    sleep 0.2
+    seconds=$(psql_on "$target" -c "SELECT round((extract(epoch FROM clock_timestamp()) - $started)::numeric, 1)
+                                     FROM reconciliation_result")
+  done
+  stop_pids "$pid"
+  echo "$seconds"
 }
 
 # scale_relay BASE_URL BIG_URL SIZE BASE: 2 relays draining new rows on each, alternating.
 scale_relay() {
-  local base_url=$1 big_url=$2 size=$3 base=$4 round b_runs=() g_runs=() secs b g r
+  local base_url=$1 big_url=$2 size=$3 base=$4 round b_runs=() g_runs=() secs b g r count_secs
   [ -n "${brokers:-}" ] || start_kafka
-  # One unmeasured drain on each first: the first relay on a table counts reconciliation
-  # (a read of the whole table, about 4 s of CPU at 5 million rows), which the relays do
-  # once per --reconcile-interval (5 min) for all of them. In steady state that is about
-  # 1 % of one core; unwarmed, it lands in whichever 2-second round comes first.
+  log "scale, reconciliation count on $size rows"
+  count_secs=$(reconcile_once "$big_url")
+  row "  reconciliation count (1 relay per --reconcile-interval), $size rows|${count_secs} s||"
+  record scale measure=reconciliation_count rows="$size" seconds="$count_secs"
+  # One unmeasured drain on each first (start-up, caches).
   for target in "$base_url" "$big_url"; do
     log "scale, relay warm-up: $relay_rows new rows"
     drain_new_rows "$target" >/dev/null
