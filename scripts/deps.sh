@@ -11,8 +11,12 @@ set -euo pipefail
 ensure_postgres() {
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
     echo "deps: starting Postgres"
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
-    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+    # A machine that is still booting has the cluster starting but not yet answering:
+    # pg_ctlcluster then says "already running" and fails; waiting is the cure either way.
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start ||
+      echo "deps: pg_ctlcluster did not start it (see above); waiting for the running one"
+    for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+    pg_isready -h 127.0.0.1 -p 5432 || { echo "deps: Postgres does not answer on 127.0.0.1:5432" >&2; exit 1; }
   fi
 }
 
