@@ -17,9 +17,9 @@
 -- charges_api
 -- ---------------------------------------------------------------------------------
 
--- IdempotencyKeyReserve (INSERT … ON CONFLICT DO UPDATE, then reads the row) and
--- IdempotencyKeyComplete. Every column but the key and its scope may change: the API
--- can never move a stored response to another key, endpoint or client.
+-- IdempotencyKeyReserve (reads the row) and IdempotencyKeyComplete (INSERT … ON
+-- CONFLICT DO UPDATE of an expired row). Every column but the key and its scope may
+-- change: the API can never move a stored response to another key, endpoint or client.
 GRANT SELECT, INSERT ON idempotency_keys TO charges_api;
 GRANT UPDATE (request_hash, status, response_status, response_headers, response_body,
               created_at, expires_at)

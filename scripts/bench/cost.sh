@@ -13,7 +13,7 @@ cost_variants=(
   "no-sequence-index|no outbox_aggregate_type_sequence_idx|DROP INDEX outbox_aggregate_type_sequence_idx|as-shipped"
   "no-expires-index|no idempotency_keys_expires_idx|DROP INDEX idempotency_keys_expires_idx|as-shipped"
   "expires-index-partial|idempotency_keys_expires_idx partial on status = 'COMPLETED' (before V9)|DROP INDEX idempotency_keys_expires_idx; CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at) WHERE status = 'COMPLETED'|as-shipped"
-  "keys-fillfactor-100|idempotency_keys at fillfactor 100 (before V9)|ALTER TABLE idempotency_keys SET (fillfactor = 100)|as-shipped"
+  "started-then-completed|the key inserted STARTED, then updated to COMPLETED, at fillfactor 80 (before V11)|ALTER TABLE idempotency_keys SET (fillfactor = 80)|started-then-completed"
   "no-checks|no CHECK constraints on charges and outbox|ALTER TABLE charges DROP CONSTRAINT charges_currency_check, DROP CONSTRAINT charges_amount_cents_check, DROP CONSTRAINT charges_refunded_within_amount; ALTER TABLE outbox DROP CONSTRAINT outbox_published_or_dead, DROP CONSTRAINT outbox_has_payload|as-shipped"
   "headers-text|response_headers as text, not jsonb|ALTER TABLE idempotency_keys ALTER COLUMN response_headers DROP DEFAULT, ALTER COLUMN response_headers TYPE text USING response_headers::text, ALTER COLUMN response_headers SET DEFAULT '{}'|as-shipped"
   "no-trace-columns|no trace context or request id on the event||no-trace-columns"

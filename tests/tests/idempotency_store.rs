@@ -193,9 +193,10 @@ async fn a_completed_key_is_replayed_while_another_request_holds_its_lock() {
 }
 
 /// READ COMMITTED takes the reservation statement's snapshot before its advisory lock is
-/// granted, so a winner that commits in between is seen by `ON CONFLICT` but not by the
-/// statement's own read of the row (found by `make soak` as a rare 503). The request must
-/// still get the winner's stored response.
+/// granted, so a winner that commits in between is not seen by the statement's read of
+/// the row (found by `make soak` as a rare 503). The operation then runs, its key's
+/// insert meets the winner's row, and the request must roll its writes back and get the
+/// winner's stored response.
 ///
 /// The interleaving is forced, not hoped for: in this test's database only,
 /// `pg_try_advisory_xact_lock` resolves first to a wrapper that waits on a lock the test
@@ -206,7 +207,8 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
     let barrier: i64 = 7_700_417;
     db.client()
         .batch_execute(&format!(
-            "CREATE FUNCTION public.pg_try_advisory_xact_lock(bigint) RETURNS boolean
+            "CREATE TABLE probe (value int CHECK (value > 0));
+             CREATE FUNCTION public.pg_try_advisory_xact_lock(bigint) RETURNS boolean
                LANGUAGE plpgsql AS $$
              BEGIN
                  PERFORM pg_catalog.pg_advisory_lock_shared({barrier});
@@ -223,7 +225,7 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         .unwrap();
     let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
     let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
-    let operation = Echo("won");
+    let operation = PipelinedWrite { fail: false };
 
     // The winner's row, written but not yet committed.
     let holder = db.session().await;
@@ -270,6 +272,11 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         })
     );
     assert_eq!(db.count("idempotency_keys").await, 1);
+    assert_eq!(
+        db.count("probe").await,
+        0,
+        "the losing attempt's write is rolled back"
+    );
 }
 
 /// A write that fails while the key's completion travels with it in one round trip

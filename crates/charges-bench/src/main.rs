@@ -70,7 +70,38 @@ enum Variant {
     NoTraceColumns,
     /// The payload as `jsonb` in `payload`, as before V8.
     PayloadJsonb,
+    /// The key inserted `STARTED` by the reservation and updated to `COMPLETED` with the
+    /// response, as before V11.
+    StartedThenCompleted,
 }
+
+/// The reservation and completion before V11 (`git log -p migrations/V11*` and the store's
+/// history): kept here only so the cost table can measure what writing the key once saves.
+const RESERVE_BEFORE_V11: &str = "
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended($2 || ' ' || $1, 0)) AS acquired,
+           now() AS now
+), reserved AS (
+    INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, created_at, expires_at)
+    SELECT $1, $2, $3, 'STARTED', lock.now, lock.now + $4::bigint * interval '1 millisecond'
+      FROM lock
+     WHERE lock.acquired
+    ON CONFLICT (key, endpoint) DO UPDATE
+       SET request_hash = EXCLUDED.request_hash, status = 'STARTED', response_status = NULL,
+           response_headers = '{}'::jsonb, response_body = NULL,
+           created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+     WHERE k.status = 'COMPLETED' AND k.expires_at <= now()
+    RETURNING 1
+)
+SELECT lock.acquired, lock.now, EXISTS (SELECT 1 FROM reserved) AS reserved,
+       existing.request_hash, existing.status, existing.response_status,
+       existing.response_headers, existing.response_body, existing.expires_at
+  FROM lock
+  LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
+const COMPLETE_BEFORE_V11: &str = "
+UPDATE idempotency_keys
+   SET status = 'COMPLETED', response_status = $3, response_headers = $4, response_body = $5
+ WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -130,10 +161,11 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
     let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'";
     let ttl_ms = "86400000";
     let mut script = String::from("\\set r random(1, 9000000000000000000)\nBEGIN;\n");
-    let mut reserve = bind(
-        charges_store::idempotency_keys::RESERVE,
-        &[key, endpoint, &fingerprint, ttl_ms],
-    );
+    let mut reserve = if variant == Variant::StartedThenCompleted {
+        bind(RESERVE_BEFORE_V11, &[key, endpoint, &fingerprint, ttl_ms])
+    } else {
+        bind(charges_store::idempotency_keys::RESERVE, &[key, endpoint])
+    };
     if variant == Variant::NoAdvisoryLock {
         let lock = reserve
             .find("pg_try_advisory_xact_lock(")
@@ -179,10 +211,14 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
         );
     }
     script += &insert;
-    script += &bind(
-        charges_store::idempotency_keys::COMPLETE,
-        &[key, endpoint, "201", location, body],
-    );
+    script += &if variant == Variant::StartedThenCompleted {
+        bind(COMPLETE_BEFORE_V11, &[key, endpoint, "201", location, body])
+    } else {
+        bind(
+            charges_store::idempotency_keys::COMPLETE,
+            &[key, endpoint, &fingerprint, "201", location, body, ttl_ms],
+        )
+    };
     script += "COMMIT;\n";
     Ok(script)
 }

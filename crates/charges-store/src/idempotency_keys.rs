@@ -1,9 +1,11 @@
 //! `idempotency_keys`: the reusable Idempotency-Key layer for any mutating endpoint.
 //!
-//! One request is one transaction: [`IdempotencyStore::run`] reserves `(key, endpoint)`,
-//! lets the operation write its rows on the same transaction, stores the response it
-//! produced and commits. Either all of it is committed or none of it, so a committed
-//! `STARTED` row cannot exist: the status only matters to concurrent readers.
+//! One request is one transaction: [`IdempotencyStore::run`] reserves `(key, endpoint)`
+//! (a transaction-scoped advisory lock), lets the operation write its rows on the same
+//! transaction, inserts the key's row with the response it produced and commits. Either
+//! all of it is committed or none of it. The row is written once, already `COMPLETED`:
+//! the API never writes a `STARTED` row, which is kept for rows written by hand or by a
+//! future multi-phase endpoint (docs/design.md).
 
 use std::time::{Duration, Instant};
 
@@ -49,23 +51,33 @@ pub trait IdempotentOperation {
     ) -> Result<CompletedKey, Self::Error>;
 }
 
-/// The reserved key's last write: its replayable response (`IdempotencyKeyComplete`).
-/// Consumed by value, so an operation completes its key exactly once.
+/// The reserved key's last write: its row with the replayable response
+/// (`IdempotencyKeyComplete`). Consumed by value, so an operation completes its key
+/// exactly once.
 pub struct KeyCompletion<'a> {
     tx: &'a Transaction<'a>,
     key: &'a str,
     endpoint: &'a str,
+    fingerprint: &'a Fingerprint,
+    ttl_ms: i64,
 }
 
-/// Proof that the key's response is stored in the request's transaction; the store
-/// commits only with one.
-pub struct CompletedKey(StoredResponse);
+/// Proof that the key's row was written in the request's transaction; the store commits
+/// only with one. Opaque to operations: they hand it back to the store as they got it.
+pub struct CompletedKey(Completion);
+
+enum Completion {
+    Stored(StoredResponse),
+    /// The key's row was committed by someone else before this request's lock was
+    /// granted (see [`RESERVE`]): nothing of this transaction may be committed.
+    Taken,
+}
 
 impl KeyCompletion<'_> {
     /// Stores `response` after everything the operation wrote.
     pub async fn store(self, response: StoredResponse) -> Result<CompletedKey, StoreError> {
-        complete(self.tx, self.key, self.endpoint, &response).await?;
-        Ok(CompletedKey(response))
+        let stored = self.complete(&response).await?;
+        Ok(CompletedKey::new(stored, response))
     }
 
     /// Stores `response` while `writes` run: an operation whose response is known
@@ -78,13 +90,41 @@ impl KeyCompletion<'_> {
         writes: impl Future<Output = Result<(), E>>,
         response: StoredResponse,
     ) -> Result<CompletedKey, E> {
-        let (written, completed) = futures::join!(
-            writes,
-            complete(self.tx, self.key, self.endpoint, &response)
-        );
+        let (written, stored) = futures::join!(writes, self.complete(&response));
         written?;
-        completed?;
-        Ok(CompletedKey(response))
+        Ok(CompletedKey::new(stored?, response))
+    }
+
+    /// Whether the row was written (false: someone else's committed row holds the key).
+    async fn complete(&self, response: &StoredResponse) -> Result<bool, StoreError> {
+        let statement = self.tx.prepare_cached(COMPLETE).await?;
+        let headers = encode_headers(&response.headers);
+        let written = self
+            .tx
+            .execute(
+                &statement,
+                &[
+                    &self.key,
+                    &self.endpoint,
+                    &self.fingerprint.as_str(),
+                    &i32::from(response.status),
+                    &headers,
+                    &response.body,
+                    &self.ttl_ms,
+                ],
+            )
+            .await?;
+        Ok(written == 1)
+    }
+}
+
+impl CompletedKey {
+    fn new(stored: bool, response: StoredResponse) -> Self {
+        CompletedKey(if stored {
+            Completion::Stored(response)
+        } else {
+            Completion::Taken
+        })
     }
 }
 
@@ -121,46 +161,40 @@ pub struct IdempotencyStore {
     cache: ReplayCache,
 }
 
+/// Transactions one request may take: a second one follows only a lost race.
+const ATTEMPTS: usize = 2;
+
+/// Who is asking, for one attempt.
+struct Attempt<'a> {
+    key: &'a str,
+    endpoint: &'a str,
+    fingerprint: &'a Fingerprint,
+}
+
 /// Completed keys remembered in process by default.
 pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
 
-/// `IdempotencyKeyReserve`: one round trip that decides the request's fate.
+/// `IdempotencyKeyReserve`: one round trip that decides the request's fate, writing
+/// nothing.
 ///
 /// The loser of a race never waits for the winner. `pg_try_advisory_xact_lock` on a
 /// hash of `(endpoint, key)` answers at once; whoever fails it rolls back with the
 /// completed, unexpired row it read replayed (the holder is then another retry), or
-/// else with `InFlight`. Whoever gets it is the only writer of that `(key, endpoint)`, so its
-/// `INSERT … ON CONFLICT` never blocks on another transaction's uncommitted row (which a
-/// plain unique-index insert would). The lock is released at commit or rollback; the
-/// next holder's statement sees the committed row and replays it.
-///
-/// A completed key past `expires_at` is overwritten: an expired key is a new key. A
+/// else with `InFlight`. Whoever gets it is the only writer of that `(key, endpoint)`
+/// until it commits or rolls back: it runs the operation when the key has no row or an
+/// expired one (an expired key is a new key), and otherwise answers from the row. A
 /// committed `STARTED` row is never overwritten, whatever its age (docs/design.md).
-/// The `existing` join reads the row as it was before this statement, which is what
-/// the caller needs when nothing was reserved.
+///
+/// Under READ COMMITTED the statement's snapshot is taken before the lock is granted,
+/// so the previous holder may have committed the row in between, unseen by the join.
+/// [`COMPLETE`] finds it then, and the request starts over (found by `make soak`).
 pub const RESERVE: &str = "
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended($2 || ' ' || $1, 0)) AS acquired,
            now() AS now
-), reserved AS (
-    INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, created_at, expires_at)
-    SELECT $1, $2, $3, 'STARTED', lock.now, lock.now + $4::bigint * interval '1 millisecond'
-      FROM lock
-     WHERE lock.acquired
-    ON CONFLICT (key, endpoint) DO UPDATE
-       SET request_hash = EXCLUDED.request_hash,
-           status = 'STARTED',
-           response_status = NULL,
-           response_headers = '{}'::jsonb,
-           response_body = NULL,
-           created_at = EXCLUDED.created_at,
-           expires_at = EXCLUDED.expires_at
-     WHERE k.status = 'COMPLETED' AND k.expires_at <= now()
-    RETURNING 1
 )
 SELECT lock.acquired,
        lock.now,
-       EXISTS (SELECT 1 FROM reserved) AS reserved,
        existing.request_hash,
        existing.status,
        existing.response_status,
@@ -170,11 +204,26 @@ SELECT lock.acquired,
   FROM lock
   LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
 
-/// `IdempotencyKeyComplete`: stores the replayable response on the reserved row.
+/// `IdempotencyKeyComplete`: the key's row, `COMPLETED` with the replayable response,
+/// written once after the operation's writes. Inserting it whole, rather than a
+/// `STARTED` row first and the response later, leaves no dead row version behind: a
+/// page of keys is written once and stays full, so new keys go to new pages instead
+/// of every old page that vacuum found room on (docs/benchmarks.md, "As the tables
+/// grow"). An expired row is overwritten; any other row means the key was taken after
+/// RESERVE's snapshot, and nothing is written (0 rows).
 pub const COMPLETE: &str = "
-UPDATE idempotency_keys
-   SET status = 'COMPLETED', response_status = $3, response_headers = $4, response_body = $5
- WHERE key = $1 AND endpoint = $2 AND status = 'STARTED'";
+INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, response_status,
+                                   response_headers, response_body, created_at, expires_at)
+VALUES ($1, $2, $3, 'COMPLETED', $4, $5, $6, now(), now() + $7::bigint * interval '1 millisecond')
+ON CONFLICT (key, endpoint) DO UPDATE
+   SET request_hash = EXCLUDED.request_hash,
+       status = EXCLUDED.status,
+       response_status = EXCLUDED.response_status,
+       response_headers = EXCLUDED.response_headers,
+       response_body = EXCLUDED.response_body,
+       created_at = EXCLUDED.created_at,
+       expires_at = EXCLUDED.expires_at
+ WHERE k.status = 'COMPLETED' AND k.expires_at <= now()";
 
 // Reconciliation and retention: never on the request path.
 
@@ -249,42 +298,75 @@ impl IdempotencyStore {
             });
         }
         let mut client = pool.get().await.map_err(StoreError::from)?;
+        // A lost race ends in a rolled-back attempt; the next one's snapshot sees the
+        // row that won, so a second attempt is the last unless the row went again.
+        for _ in 0..ATTEMPTS {
+            let attempt = Attempt {
+                key: &key,
+                endpoint,
+                fingerprint: &fingerprint,
+            };
+            if let Some(outcome) = self.attempt(&mut client, attempt, operation).await? {
+                return Ok(outcome);
+            }
+        }
+        Ok(IdempotentOutcome::InFlight)
+    }
+
+    /// One transaction; `None` when the key was taken under it and nothing committed.
+    async fn attempt<Op: IdempotentOperation>(
+        &self,
+        client: &mut deadpool_postgres::Client,
+        Attempt {
+            key,
+            endpoint,
+            fingerprint,
+        }: Attempt<'_>,
+        operation: &Op,
+    ) -> Result<Option<IdempotentOutcome>, Op::Error> {
         // Taken before BEGIN, whose time is the `now()` that `expires_at` is computed
         // from: the cache's deadline can only fall before the row's expiry, never after.
         let observed_at = Instant::now();
         let tx = client.transaction().await.map_err(StoreError::from)?;
-        let now = match self.reserve(&tx, &key, endpoint, &fingerprint).await? {
-            Reservation::Reserved { now } => now,
-            // Nothing was written; dropping `tx` rolls back and releases the lock.
-            Reservation::Decided(outcome) => return Ok(outcome),
-            Reservation::Completed(response, remaining) => {
-                self.cache.insert(
+        let (response, remaining) = match self.reserve(&tx, key, endpoint, fingerprint).await? {
+            Reservation::Reserved { now } => {
+                let completion = KeyCompletion {
+                    tx: &tx,
                     key,
-                    endpoint.to_owned(),
+                    endpoint,
                     fingerprint,
-                    response.clone(),
-                    observed_at,
-                    remaining,
-                );
-                return Ok(IdempotentOutcome::Replayed(response));
+                    ttl_ms: self.ttl_ms(),
+                };
+                let CompletedKey(completion) = operation.execute(&tx, now, completion).await?;
+                // Taken: dropping `tx` rolls the operation's writes back.
+                let Completion::Stored(response) = completion else {
+                    return Ok(None);
+                };
+                tx.commit().await.map_err(StoreError::from)?;
+                (IdempotentOutcome::Executed(response), self.ttl)
+            }
+            // Nothing was written; dropping `tx` rolls back and releases the lock.
+            Reservation::Decided(outcome) => return Ok(Some(outcome)),
+            Reservation::Completed(response, remaining) => {
+                (IdempotentOutcome::Replayed(response), remaining)
             }
         };
-        let completion = KeyCompletion {
-            tx: &tx,
-            key: &key,
-            endpoint,
-        };
-        let CompletedKey(response) = operation.execute(&tx, now, completion).await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        self.cache.insert(
-            key,
-            endpoint.to_owned(),
-            fingerprint,
-            response.clone(),
-            observed_at,
-            self.ttl,
-        );
-        Ok(IdempotentOutcome::Executed(response))
+        if let IdempotentOutcome::Executed(stored) | IdempotentOutcome::Replayed(stored) = &response
+        {
+            self.cache.insert(
+                key.to_owned(),
+                endpoint.to_owned(),
+                fingerprint.clone(),
+                stored.clone(),
+                observed_at,
+                remaining,
+            );
+        }
+        Ok(Some(response))
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Committed `STARTED` keys older than `age` (reconciliation).
@@ -316,52 +398,40 @@ impl IdempotencyStore {
         endpoint: &str,
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, StoreError> {
-        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         let statement = tx.prepare_cached(RESERVE).await?;
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&key, &endpoint, &fingerprint.as_str(), &ttl_ms];
-        let mut row = tx.query_one(&statement, &params).await?;
-        if !row.try_get::<_, bool>("acquired")? {
-            // Another request for this key holds its lock: one writing it, or one more
-            // retry of a request that already finished. A completed row within its TTL
-            // is final whatever the holder does (only an expired one is reserved again),
-            // so it is answered now rather than sent back as in flight.
-            if !completed_and_unexpired(&row)? {
-                return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
-            }
-            return stored_outcome(&row, fingerprint);
-        }
-        // Reserved neither by us nor visible to us: READ COMMITTED took the statement's
-        // snapshot before the lock was granted, and the previous holder committed the row
-        // in between, so `ON CONFLICT` saw it and the join did not (found by `make soak`).
-        // We hold the lock now, so a second statement's snapshot sees the row as it is.
-        if !row.try_get::<_, bool>("reserved")?
-            && row.try_get::<_, Option<String>>("request_hash")?.is_none()
-        {
-            row = tx.query_one(&statement, &params).await?;
-        }
-        if row.try_get::<_, bool>("reserved")? {
+        let row = tx.query_one(&statement, &[&key, &endpoint]).await?;
+        let acquired = row.try_get::<_, bool>("acquired")?;
+        let status = row.try_get::<_, Option<&str>>("status")?;
+        let free = status.is_none() || expired_completion(&row)?;
+        if acquired && free {
             return Ok(Reservation::Reserved {
                 now: row.try_get("now")?,
             });
+        }
+        // Another request for this key holds its lock: one writing it, or one more
+        // retry of a request that already finished. A completed row within its TTL is
+        // final whatever the holder does (only an expired one is written again), so it
+        // is answered now rather than sent back as in flight.
+        if !acquired && (free || status == Some("STARTED")) {
+            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
         }
         stored_outcome(&row, fingerprint)
     }
 }
 
-/// Whether RESERVE found a `COMPLETED` row that has not expired at the statement's time.
-fn completed_and_unexpired(row: &Row) -> Result<bool, StoreError> {
+/// Whether RESERVE found a `COMPLETED` row that has expired at the statement's time: the
+/// key is free again.
+fn expired_completion(row: &Row) -> Result<bool, StoreError> {
     let completed = row.try_get::<_, Option<&str>>("status")? == Some("COMPLETED");
     let now: DateTime<Utc> = row.try_get("now")?;
     let expires_at: Option<DateTime<Utc>> = row.try_get("expires_at")?;
-    Ok(completed && expires_at.is_some_and(|at| at > now))
+    Ok(completed && expires_at.is_some_and(|at| at <= now))
 }
 
 /// What a request gets from the row RESERVE found for its key, when it reserved nothing.
 fn stored_outcome(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, StoreError> {
     let Some(stored_hash) = row.try_get::<_, Option<String>>("request_hash")? else {
-        // Only a concurrent purge of an expired row could do this now; the next
-        // attempt finds the key free, so it is busy, not broken.
+        // No row: the caller decides those before asking.
         return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
     };
     if stored_hash != fingerprint.as_str() {
@@ -385,34 +455,6 @@ fn stored_outcome(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, S
     let expires_at: DateTime<Utc> = row.try_get("expires_at")?;
     let remaining = (expires_at - now).to_std().unwrap_or(Duration::ZERO);
     Ok(Reservation::Completed(response, remaining))
-}
-
-async fn complete(
-    tx: &Transaction<'_>,
-    key: &str,
-    endpoint: &str,
-    response: &StoredResponse,
-) -> Result<(), StoreError> {
-    let statement = tx.prepare_cached(COMPLETE).await?;
-    let headers = encode_headers(&response.headers);
-    let updated = tx
-        .execute(
-            &statement,
-            &[
-                &key,
-                &endpoint,
-                &i32::from(response.status),
-                &headers,
-                &response.body,
-            ],
-        )
-        .await?;
-    if updated != 1 {
-        return Err(StoreError::Invariant(format!(
-            "completing a reserved idempotency key updated {updated} rows"
-        )));
-    }
-    Ok(())
 }
 
 fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
