@@ -152,12 +152,16 @@ impl Relay {
     /// loops' shared cursor.
     async fn claim(&self, transaction: &Transaction<'_>) -> Result<Vec<PendingEvent>, RelayError> {
         let bound = self.settings.transaction_timeout();
-        OutboxStore::set_claim_timeouts(transaction, bound, bound).await?;
         let limit = self.settings.batch_size as usize;
         let from = self.cursor.start();
-        let events =
-            OutboxStore::claim_pending(transaction, limit as i64, from, self.settings.ordered)
-                .await?;
+        // Pipelined: both statements are sent before the first answer comes back, one
+        // round trip instead of two. `try_join!` polls them in this order, so the
+        // server sets the timeouts before it takes the claim's locks; should setting
+        // them fail, the claim's result is dropped with the rolled-back transaction.
+        let ((), events) = futures::try_join!(
+            OutboxStore::set_claim_timeouts(transaction, bound, bound),
+            OutboxStore::claim_pending(transaction, limit as i64, from, self.settings.ordered),
+        )?;
         self.cursor
             .claimed(events.last().map(|e| e.created_at), events.len() == limit);
         Ok(events)
