@@ -590,6 +590,92 @@ async fn a_poisoned_row_goes_dead_without_blocking_its_batch() {
     .await;
 }
 
+/// The claim transaction is pipelined (`BEGIN` with the claim, `COMMIT` with the mark):
+/// the mark must still run inside it, after the claim's `SET LOCAL` bounds, and a mark
+/// that fails must mark nothing and give every row back. A trigger logs the settings
+/// each mark runs under, and fails marks while `fail_marks` holds a row.
+#[tokio::test]
+async fn the_mark_commits_with_its_claim_and_a_failed_mark_marks_nothing() {
+    let db = TestDb::new().await;
+    let kafka = TestKafka::new(1).await;
+    db.client()
+        .batch_execute(
+            "CREATE TABLE fail_marks ();
+             INSERT INTO fail_marks DEFAULT VALUES;
+             CREATE TABLE mark_log (id uuid, idle text, statement text);
+             CREATE FUNCTION log_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF EXISTS (SELECT FROM fail_marks) THEN
+                 RAISE EXCEPTION 'injected mark failure';
+               END IF;
+               INSERT INTO mark_log VALUES (NEW.id,
+                 current_setting('idle_in_transaction_session_timeout'),
+                 current_setting('statement_timeout'));
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER log_mark BEFORE UPDATE ON outbox FOR EACH ROW
+               WHEN (OLD.published_at IS NULL AND NEW.published_at IS NOT NULL)
+               EXECUTE FUNCTION log_mark();",
+        )
+        .await
+        .expect("mark trigger");
+    // Bound: publish timeout + the 2 s margin, longer than any wait here, so a
+    // transaction left open by a failed batch would keep its rows from the next claims.
+    let (mut relay, _) = start_relay(&db, &kafka, &["--publish-timeout", "70s"]).await;
+    let ids = insert_pending(&db, 20, 0).await;
+
+    relay.wait_for_log("injected mark failure", 2).await;
+    assert_eq!(
+        count_outbox(&db, "published_at IS NOT NULL").await,
+        0,
+        "a batch whose mark failed marked nothing"
+    );
+    db.client()
+        .batch_execute("DELETE FROM fail_marks")
+        .await
+        .expect("heal the marks");
+    db.wait_for(
+        "SELECT count(*) = 0 FROM outbox WHERE published_at IS NULL",
+        &[],
+        "every row is published once the marks work again",
+    )
+    .await;
+    relay.stop().await;
+
+    let log = db
+        .client()
+        .query("SELECT id, idle, statement FROM mark_log", &[])
+        .await
+        .expect("mark log");
+    let marked: BTreeSet<Uuid> = log.iter().map(|r| r.get("id")).collect();
+    assert_eq!(
+        marked,
+        ids.iter().copied().collect(),
+        "each row marked once"
+    );
+    assert_eq!(log.len(), ids.len(), "each row marked once");
+    for row in &log {
+        let settings: (String, String) = (row.get("idle"), row.get("statement"));
+        assert_eq!(
+            settings,
+            ("72s".to_owned(), "72s".to_owned()),
+            "the mark ran inside the claim transaction, under its SET LOCAL bounds"
+        );
+    }
+    let mut reader = kafka.reader();
+    read_to_end(&kafka, &mut reader).await;
+    let published: BTreeSet<String> = reader
+        .messages
+        .iter()
+        .map(|m| m.header("id").expect("header id").to_owned())
+        .collect();
+    assert_eq!(
+        published,
+        ids.iter().map(Uuid::to_string).collect(),
+        "every row reached the broker (some more than once: at least once)"
+    );
+}
+
 /// 6. Published rows past retention are deleted; recent, pending and dead rows stay.
 #[tokio::test]
 async fn retention_deletes_old_published_rows_only() {

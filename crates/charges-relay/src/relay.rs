@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charges_runtime::readiness::Health;
-use charges_store::{OutboxStore, PendingEvent, Pool, PublishFailure, Transaction};
+use charges_store::{ClaimTransaction, PendingEvent, Pool, PublishFailure};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
@@ -105,17 +105,15 @@ impl Relay {
     }
 
     /// Claims up to `batch_size` rows, publishes them, marks the acknowledged ones
-    /// published and records the failures, then commits. The transaction lives about
-    /// publish timeout + [`TRANSACTION_MARGIN`], and the server ends it should the relay
-    /// hang. If it fails for any reason nothing is marked, and acknowledged messages
+    /// published and records the failures, then commits: two round trips to the
+    /// database around the publish. The transaction lives about publish timeout +
+    /// [`TRANSACTION_MARGIN`], and the server ends it should the relay hang. If it fails for any reason nothing is marked, and acknowledged messages
     /// are published again later (at least once).
     pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
         let started = Instant::now();
-        let mut client = self.pool.get().await?;
-        let transaction = client.transaction().await?;
-        let events = self.claim(&transaction).await?;
+        let (transaction, events) = self.claim().await?;
         if events.is_empty() {
-            transaction.commit().await?;
+            transaction.commit(&[], &[]).await?;
             return Ok(BatchOutcome::default());
         }
         let producer = self.producers.current();
@@ -135,9 +133,9 @@ impl Relay {
         self.producers.renew_if_stuck(&producer, stuck);
         let answers = self.sort(&events, results);
         self.judge_broker(&answers);
-        let published = OutboxStore::mark_published(&transaction, &answers.acked).await?;
-        OutboxStore::record_failures(&transaction, &answers.failures).await?;
-        transaction.commit().await?;
+        let published = transaction
+            .commit(&answers.acked, &answers.failures)
+            .await?;
         let outcome = BatchOutcome {
             claimed: events.len(),
             published,
@@ -148,23 +146,22 @@ impl Relay {
         Ok(outcome)
     }
 
-    /// Bounds the transaction server-side, then locks the batch, scanning from the
-    /// loops' shared cursor.
-    async fn claim(&self, transaction: &Transaction<'_>) -> Result<Vec<PendingEvent>, RelayError> {
-        let bound = self.settings.transaction_timeout();
+    /// Opens the transaction, bounds it server-side and locks the batch, scanning
+    /// from the loops' shared cursor: one round trip (see [`ClaimTransaction`]).
+    async fn claim(&self) -> Result<(ClaimTransaction, Vec<PendingEvent>), RelayError> {
         let limit = self.settings.batch_size as usize;
-        let from = self.cursor.start();
-        // Pipelined: both statements are sent before the first answer comes back, one
-        // round trip instead of two. `try_join!` polls them in this order, so the
-        // server sets the timeouts before it takes the claim's locks; should setting
-        // them fail, the claim's result is dropped with the rolled-back transaction.
-        let ((), events) = futures::try_join!(
-            OutboxStore::set_claim_timeouts(transaction, bound, bound),
-            OutboxStore::claim_pending(transaction, limit as i64, from, self.settings.ordered),
-        )?;
+        let client = self.pool.get().await?;
+        let (transaction, events) = ClaimTransaction::claim(
+            client,
+            self.settings.ordered,
+            self.settings.transaction_timeout(),
+            limit as i64,
+            self.cursor.start(),
+        )
+        .await?;
         self.cursor
             .claimed(events.last().map(|e| e.created_at), events.len() == limit);
-        Ok(events)
+        Ok((transaction, events))
     }
 
     /// A batch in which nothing was acknowledged and every failure was an

@@ -5,14 +5,18 @@
 //! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`,
 //!   `outbox_wakeup`, `reconciliation_result`),
 //!   holding every statement that touches that table; the schema itself lives in the
-//!   workspace's top-level `migrations/`, embedded by refinery.
+//!   workspace's top-level `migrations/`, embedded by refinery. `claim_transaction`
+//!   holds no SQL of its own: it runs the relay's `outbox` statements pipelined with
+//!   `BEGIN` and `COMMIT`.
 //! - **Statements are constants** at the top of their module, each documented with a
 //!   `TableVerb[Many]` name (`OutboxClaimPending`, `IdempotencyKeyDeleteExpired`), and
 //!   shaped for production only: `make bench` reads the same constants and follows
 //!   them, never the reverse.
 //! - **One store type per table** (`OutboxStore`, `ChargeStore`, …) with one `impl`
 //!   block. Its functions take `&impl GenericClient`: the caller owns the connection
-//!   or transaction, so one request's statements share one transaction.
+//!   or transaction, so one request's statements share one transaction. The relay's
+//!   statements take a prepared [`outbox::ClaimStatements`] instead of preparing
+//!   their own, so that they can be pipelined (see `ClaimTransaction`).
 //!   `IdempotencyStore` also carries the request path's state (TTL, replay cache).
 //! - Statements are prepared with `prepare_cached`; parameters are always bound,
 //!   never formatted into SQL text.
@@ -22,6 +26,7 @@
 //!   place that decides whether a caller may retry.
 
 pub mod charges;
+mod claim_transaction;
 mod error;
 pub mod idempotency_keys;
 pub mod migrations;
@@ -34,6 +39,7 @@ mod replay_cache;
 mod tls;
 
 pub use charges::{ChargeStore, RefundableCharge};
+pub use claim_transaction::ClaimTransaction;
 pub use deadpool_postgres::{GenericClient, Pool, Transaction};
 pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
 pub use idempotency_keys::{
@@ -41,7 +47,8 @@ pub use idempotency_keys::{
     StoredResponse,
 };
 pub use outbox::{
-    DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent, PublishFailure,
+    ClaimStatements, DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent,
+    PublishFailure,
 };
 pub use outbox_wakeup::OutboxWakeupStore;
 pub use pool::{PoolSettings, connect, detect_dead_peers};

@@ -226,6 +226,39 @@ pub struct PendingEvent {
     pub origin: Origin,
 }
 
+impl PendingEvent {
+    fn from_row(row: &tokio_postgres::Row) -> Result<PendingEvent, StoreError> {
+        Ok(PendingEvent {
+            id: row.try_get("id")?,
+            aggregate_type: row.try_get("aggregate_type")?,
+            aggregate_id: row.try_get("aggregate_id")?,
+            event_type: row.try_get("event_type")?,
+            sequence: row.try_get("sequence")?,
+            payload: row.try_get("payload")?,
+            created_at: row.try_get("created_at")?,
+            attempts: row.try_get("attempts")?,
+            rejections: row.try_get("rejections")?,
+            origin: Origin {
+                trace_parent: row.try_get("trace_parent")?,
+                trace_state: row.try_get("trace_state")?,
+                request_id: row.try_get("request_id")?,
+            },
+        })
+    }
+}
+
+/// The relay's four statements, prepared on the connection that runs them. Holding
+/// them, a pipelined request goes out the moment its future is first polled, in the
+/// order the futures are polled; a statement still to be prepared would send its
+/// `Parse` and let a later request overtake its execution.
+#[derive(Debug, Clone)]
+pub struct ClaimStatements {
+    set_timeouts: tokio_postgres::Statement,
+    claim: tokio_postgres::Statement,
+    mark_published: tokio_postgres::Statement,
+    record_failures: tokio_postgres::Statement,
+}
+
 /// A failed publish of one row, recorded by [`OutboxStore::record_failures`].
 #[derive(Debug, Clone)]
 pub struct PublishFailure {
@@ -299,74 +332,77 @@ impl OutboxStore {
         Ok(())
     }
 
+    /// The claim transaction's statements, prepared (pipelined) on first use of a
+    /// connection and from its cache afterwards.
+    pub async fn claim_statements(
+        client: &impl GenericClient,
+        ordered: bool,
+    ) -> Result<ClaimStatements, StoreError> {
+        let claim = if ordered {
+            CLAIM_PENDING_ORDERED
+        } else {
+            CLAIM_PENDING
+        };
+        let (set_timeouts, claim, mark_published, record_failures) = futures::try_join!(
+            client.prepare_cached(CLAIM_SET_TIMEOUTS),
+            client.prepare_cached(claim),
+            client.prepare_cached(MARK_PUBLISHED_MANY),
+            client.prepare_cached(RECORD_FAILURE_MANY),
+        )?;
+        Ok(ClaimStatements {
+            set_timeouts,
+            claim,
+            mark_published,
+            record_failures,
+        })
+    }
+
     /// `SET LOCAL` the claim transaction's `idle_in_transaction_session_timeout` and
     /// `statement_timeout`, so that the server ends it even if the relay hangs.
     pub async fn set_claim_timeouts(
         client: &impl GenericClient,
+        statements: &ClaimStatements,
         idle_in_transaction: std::time::Duration,
         statement: std::time::Duration,
     ) -> Result<(), StoreError> {
-        let statement_sql = client.prepare_cached(CLAIM_SET_TIMEOUTS).await?;
         let idle = idle_in_transaction.as_millis().to_string();
         let stmt = statement.as_millis().to_string();
-        client.query_one(&statement_sql, &[&idle, &stmt]).await?;
+        client
+            .query_one(&statements.set_timeouts, &[&idle, &stmt])
+            .await?;
         Ok(())
     }
 
     /// Locks and returns up to `limit` publishable rows created at or after `from`
     /// (`None`: from the oldest), oldest first, skipping rows other relays hold; with
-    /// `ordered`, only the oldest unpublished event of each aggregate. The locks last
-    /// until the caller's transaction ends.
+    /// the ordered statements, only the oldest unpublished event of each aggregate.
+    /// The locks last until the caller's transaction ends.
     pub async fn claim_pending(
         client: &impl GenericClient,
+        statements: &ClaimStatements,
         limit: i64,
         from: Option<DateTime<Utc>>,
-        ordered: bool,
     ) -> Result<Vec<PendingEvent>, StoreError> {
-        let sql = if ordered {
-            CLAIM_PENDING_ORDERED
-        } else {
-            CLAIM_PENDING
-        };
-        let statement = client.prepare_cached(sql).await?;
-        let rows = client.query(&statement, &[&limit, &from]).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(PendingEvent {
-                    id: row.try_get("id")?,
-                    aggregate_type: row.try_get("aggregate_type")?,
-                    aggregate_id: row.try_get("aggregate_id")?,
-                    event_type: row.try_get("event_type")?,
-                    sequence: row.try_get("sequence")?,
-                    payload: row.try_get("payload")?,
-                    created_at: row.try_get("created_at")?,
-                    attempts: row.try_get("attempts")?,
-                    rejections: row.try_get("rejections")?,
-                    origin: Origin {
-                        trace_parent: row.try_get("trace_parent")?,
-                        trace_state: row.try_get("trace_state")?,
-                        request_id: row.try_get("request_id")?,
-                    },
-                })
-            })
-            .collect()
+        let rows = client.query(&statements.claim, &[&limit, &from]).await?;
+        rows.iter().map(PendingEvent::from_row).collect()
     }
 
     /// Marks the broker-acknowledged `ids` published; returns how many rows changed.
     pub async fn mark_published(
         client: &impl GenericClient,
+        statements: &ClaimStatements,
         ids: &[Uuid],
     ) -> Result<u64, StoreError> {
         if ids.is_empty() {
             return Ok(0);
         }
-        let statement = client.prepare_cached(MARK_PUBLISHED_MANY).await?;
-        Ok(client.execute(&statement, &[&ids]).await?)
+        Ok(client.execute(&statements.mark_published, &[&ids]).await?)
     }
 
     /// Records failed attempts (error, next attempt, dead) in one statement.
     pub async fn record_failures(
         client: &impl GenericClient,
+        statements: &ClaimStatements,
         failures: &[PublishFailure],
     ) -> Result<u64, StoreError> {
         if failures.is_empty() {
@@ -380,9 +416,11 @@ impl OutboxStore {
             .collect();
         let rejected: Vec<bool> = failures.iter().map(|f| f.rejected).collect();
         let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
-        let statement = client.prepare_cached(RECORD_FAILURE_MANY).await?;
         Ok(client
-            .execute(&statement, &[&ids, &errors, &retry_in_ms, &rejected, &dead])
+            .execute(
+                &statements.record_failures,
+                &[&ids, &errors, &retry_in_ms, &rejected, &dead],
+            )
             .await?)
     }
 
