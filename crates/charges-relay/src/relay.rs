@@ -107,8 +107,9 @@ impl Relay {
     /// Claims up to `batch_size` rows, publishes them, marks the acknowledged ones
     /// published and records the failures, then commits: two round trips to the
     /// database around the publish. The transaction lives about publish timeout +
-    /// [`TRANSACTION_MARGIN`], and the server ends it should the relay hang. If it fails for any reason nothing is marked, and acknowledged messages
-    /// are published again later (at least once).
+    /// [`TRANSACTION_MARGIN`], and the server ends it should the relay hang. If it
+    /// fails for any reason nothing is marked, and acknowledged messages are published
+    /// again later (at least once).
     pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
         let started = Instant::now();
         let (transaction, events) = self.claim().await?;
