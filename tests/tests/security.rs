@@ -836,10 +836,13 @@ async fn kafka_tls_and_sasl_are_reachable_through_config_and_never_downgraded() 
         .unwrap()
         .get(0);
     assert!(last_error.contains("timed out"), "{last_error}");
+    // The plaintext broker either answers the ClientHello with bytes that fail the
+    // handshake or resets the connection first (seen under load in CI); librdkafka
+    // names the state only a TLS connection is ever in.
+    let output = relay.output_text();
     assert!(
-        relay.output_text().contains("SSL handshake failed"),
-        "the relay never attempted TLS:\n{}",
-        relay.output_text()
+        output.contains("SSL handshake failed") || output.contains("in state SSL_HANDSHAKE"),
+        "the relay never attempted TLS:\n{output}"
     );
     assert!(
         !relay.output_text().contains("kafka-secret-5e1f"),
