@@ -17,7 +17,7 @@ source scripts/lib.sh
 source scripts/bench/lib.sh
 stages="${BENCH_STAGES:-new_charges cost replays scale retention relay latency}"
 
-cleanup() { stop_pids "${pids[@]}"; }
+cleanup() { restore_cores; stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM
 
 log "building release binaries"

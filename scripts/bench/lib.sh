@@ -137,6 +137,38 @@ pick() {
 # firsts RUNS...: the first value of each line, as a JSON array.
 firsts() { printf '%s\n' "$@" | awk '{printf "%s%.0f", (NR > 1 ? "," : "["), $1} END {print "]"}'; }
 
+# split_cores: Postgres (when it runs on this machine and may be pinned) confined to
+# the first half of the cores, and what `launch` starts, and the mock broker, to the
+# other half; sets postgres_cores and client_cores. Fails, changing nothing, when
+# Postgres cannot be pinned. restore_cores undoes it (bench.sh's exit trap too).
+split_cores() {
+  local n postmaster
+  n=$(nproc)
+  postmaster=$(pgrep -xo postgres) && [ "$n" -ge 2 ] || return 1
+  postgres_cores="0-$(( n / 2 - 1 ))"
+  client_cores="$(( n / 2 ))-$(( n - 1 ))"
+  # New backends inherit the postmaster's affinity; the running processes are moved
+  # one by one (one may exit meanwhile).
+  taskset -a -p -c "$postgres_cores" "$postmaster" >/dev/null 2>&1 || return 1
+  cores_split=1
+  pin_cores "$postgres_cores" $(pgrep -x postgres)
+  [ -z "${KAFKA_PID:-}" ] || pin_cores "$client_cores" "$KAFKA_PID"
+  launch=(taskset -c "$client_cores")
+}
+restore_cores() {
+  [ -n "${cores_split:-}" ] || return 0
+  local all="0-$(( $(nproc) - 1 ))"
+  pin_cores "$all" $(pgrep -x postgres)
+  [ -z "${KAFKA_PID:-}" ] || pin_cores "$all" "$KAFKA_PID"
+  launch=() cores_split=""
+}
+# pin_cores CORES PID...: every thread of each PID that is still there.
+pin_cores() {
+  local cores=$1 pid; shift
+  for pid in "$@"; do taskset -a -p -c "$cores" "$pid" >/dev/null 2>&1 || true; done
+}
+launch=()
+
 # start_kafka: the mock cluster (6 partitions, topic charges.events); sets brokers.
 start_kafka() {
   coproc KAFKA { exec "$bin/kafka-mock" --topic charges.events --partitions 6; }
