@@ -87,6 +87,14 @@ relay_round() {
   sql_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${sqls[@]}")")]"
 }
 
+# record_relay_round KEY=VALUE...: the figures relay_round set, as one relay_throughput
+# result, with what tells the rounds apart.
+record_relay_round() {
+  record relay_throughput "$@" rows="$relay_rows" batch_size="$batch" concurrency="$concurrency" \
+    events_per_s="$eps" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$(ratio "$eps" "$sql_eps")" \
+    rounds="$rounds" events_per_s_rounds="$eps_rounds" sql_floor_rows_per_s_rounds="$sql_rounds"
+}
+
 # relay_split_cores URL: the 2-relay rounds with Postgres on half of the cores and the
 # relays, the broker and pgbench on the other half. On two shared cores the relays'
 # CPU is CPU Postgres lacks, and the floor (pgbench) takes far less of it; with the
@@ -94,20 +102,18 @@ relay_round() {
 # and the broker run on nodes of their own. Not the target's figure: what stands in
 # its way.
 relay_split_cores() {
-  local target=$1
+  local target=$1 r_sql
   if ! split_cores; then
     log "relay: Postgres is not on this machine or cannot be pinned: no split-cores rounds"
     return 0
   fi
   relay_round "$target" 2 1 "$out_dir/relay.pgbench"
   restore_cores
-  row "  same, Postgres on cores $postgres_cores, the rest on $client_cores|$eps events/s|pgbench claim+mark $sql_eps rows/s|$(ratio "$eps" "$sql_eps")"
-  record relay_throughput ordering=unordered workers=2 cores=split postgres_cores="$postgres_cores" \
-    client_cores="$client_cores" rows="$relay_rows" batch_size="$batch" concurrency="$concurrency" \
-    events_per_charge=1 events_per_s="$eps" sql_floor_rows_per_s="$sql_eps" \
-    ratio_to_sql_floor="$(ratio "$eps" "$sql_eps")" startup_seconds="$startup" \
-    events_per_s_after_startup="$steady_eps" rounds="$rounds" events_per_s_rounds="$eps_rounds" \
-    sql_floor_rows_per_s_rounds="$sql_rounds"
+  r_sql=$(ratio "$eps" "$sql_eps")
+  row "  same, Postgres on cores $postgres_cores, the rest on $client_cores|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql"
+  record_relay_round ordering=unordered workers=2 events_per_charge=1 cores=split \
+    postgres_cores="$postgres_cores" client_cores="$client_cores" startup_seconds="$startup" \
+    events_per_s_after_startup="$steady_eps"
 }
 
 stage_relay() {
@@ -128,12 +134,9 @@ stage_relay() {
     row "relay, $workers worker(s)|$eps events/s|pgbench claim+mark $sql_eps rows/s|$r_sql$mark"
     row "  same, vs the raw producer|$eps events/s|raw producer $raw_eps events/s|$r"
     row "  same, after start-up ($startup s)|$steady_eps events/s|pgbench claim+mark $sql_eps rows/s|$(ratio "$steady_eps" "$sql_eps")"
-    record relay_throughput ordering=unordered workers="$workers" rows="$relay_rows" batch_size="$batch" \
-      concurrency="$concurrency" events_per_charge=1 events_per_s="$eps" raw_producer_events_per_s="$raw_eps" \
-      ratio_to_raw_producer="$r" sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" \
-      startup_seconds="$startup" events_per_s_after_startup="$steady_eps" rounds="$rounds" \
-      events_per_s_rounds="$eps_rounds" sql_floor_rows_per_s_rounds="$sql_rounds" \
-      target="$([ "$workers" = 2 ] && echo 0.8 || echo null)"
+    record_relay_round ordering=unordered workers="$workers" events_per_charge=1 \
+      raw_producer_events_per_s="$raw_eps" ratio_to_raw_producer="$r" startup_seconds="$startup" \
+      events_per_s_after_startup="$steady_eps" target="$([ "$workers" = 2 ] && echo 0.8 || echo null)"
     [ "$workers" = 2 ] && unordered_eps=$eps
   done
   relay_split_cores "$target"
@@ -142,9 +145,7 @@ stage_relay() {
     r=$(ratio "$eps" "$unordered_eps"); r_sql=$(ratio "$eps" "$sql_eps")
     row "ordered, $per ev/charge, 2 workers|$eps events/s|unordered $unordered_eps events/s|$r"
     row "  same, vs its SQL|$eps events/s|pgbench ordered claim+mark $sql_eps rows/s|$r_sql"
-    record relay_throughput ordering=per-aggregate workers=2 rows="$relay_rows" batch_size="$batch" \
-      concurrency="$concurrency" events_per_charge="$per" events_per_s="$eps" raw_producer_events_per_s="$raw_eps" \
-      sql_floor_rows_per_s="$sql_eps" ratio_to_sql_floor="$r_sql" ratio_to_unordered="$r" rounds="$rounds" \
-      events_per_s_rounds="$eps_rounds" sql_floor_rows_per_s_rounds="$sql_rounds"
+    record_relay_round ordering=per-aggregate workers=2 events_per_charge="$per" \
+      raw_producer_events_per_s="$raw_eps" ratio_to_unordered="$r"
   done
 }
