@@ -14,6 +14,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod otlp;
 pub mod outbox;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod raw_http;
 pub mod schemas;
@@ -546,12 +547,17 @@ pub struct TestApi {
 
 impl TestApi {
     pub async fn start(db: &TestDb, extra_args: &[&str]) -> TestApi {
+        Self::start_at(&db.url, extra_args).await
+    }
+
+    /// The same on another URL of the test's database (through a pooler, say).
+    pub async fn start_at(database_url: &str, extra_args: &[&str]) -> TestApi {
         let mut args = vec![
             "serve",
             "--listen",
             "127.0.0.1:0",
             "--database-url",
-            db.url.as_str(),
+            database_url,
         ];
         args.extend_from_slice(extra_args);
         let (process, line) = Process::start("charges-api", &args, &[], "listening").await;

@@ -74,7 +74,7 @@ async fn purging_expired_keys_reads_one_batch_not_the_backlog() {
         .unwrap();
     let (deleted, read, plan) = explain_delete(
         &db,
-        charges_store::idempotency_keys::DELETE_EXPIRED,
+        charges_store::idempotency_keys::DELETE_EXPIRED.text,
         &[&BATCH],
         "idempotency_keys",
     )
@@ -103,7 +103,7 @@ async fn deleting_published_events_reads_one_batch_not_the_backlog() {
         .unwrap();
     let (deleted, read, plan) = explain_delete(
         &db,
-        charges_store::outbox::DELETE_PUBLISHED,
+        charges_store::outbox::DELETE_PUBLISHED.text,
         &[&1.0f64, &BATCH],
         "outbox",
     )

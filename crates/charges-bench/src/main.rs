@@ -133,10 +133,25 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A statement's text: the project's own ([`charges_store::Sql`]) or one of the bench's.
+struct BenchSql(&'static str);
+
+impl From<charges_store::Sql> for BenchSql {
+    fn from(sql: charges_store::Sql) -> BenchSql {
+        BenchSql(sql.text)
+    }
+}
+
+impl From<&'static str> for BenchSql {
+    fn from(text: &'static str) -> BenchSql {
+        BenchSql(text)
+    }
+}
+
 /// Replaces `$n` bind parameters by pgbench expressions (highest numbers first, so
 /// `$1` never eats the front of `$10`).
-fn bind(sql: &str, params: &[&str]) -> String {
-    let mut out = sql.to_owned();
+fn bind(sql: impl Into<BenchSql>, params: &[&str]) -> String {
+    let mut out = sql.into().0.to_owned();
     for (index, value) in params.iter().enumerate().rev() {
         out = out.replace(&format!("${}", index + 1), value);
     }

@@ -1,6 +1,7 @@
 //! `parked_events`: messages this consumer did not apply, kept to be replayed.
 
-use deadpool_postgres::GenericClient;
+use charges_store::statements::{self, Connection, Sql};
+use tokio_postgres::types::Type;
 
 use crate::ConsumerError;
 use crate::event::Message;
@@ -9,26 +10,44 @@ use crate::inbox::Source;
 pub struct ParkedStore;
 
 /// `ParkedEventInsert`: parks a message, or records one more failure of a parked one.
-const PARK: &str = "
+const PARK: Sql = Sql::new(
+    "
 INSERT INTO parked_events (topic, partition, \"offset\", event_id, event_type, headers,
                            payload, reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (topic, partition, \"offset\") DO UPDATE
    SET reason = EXCLUDED.reason,
        attempts = parked_events.attempts + 1,
-       last_tried_at = now()";
+       last_tried_at = now()",
+    &[
+        Type::TEXT,
+        Type::INT4,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::JSONB,
+        Type::BYTEA,
+        Type::TEXT,
+    ],
+);
 
 /// `ParkedEventList`: oldest first.
-const LIST: &str = "
+const LIST: Sql = Sql::new(
+    "
 SELECT topic, partition, \"offset\", event_id, event_type, headers, payload, reason, attempts,
        parked_at
   FROM parked_events
  ORDER BY parked_at, topic, partition, \"offset\"
- LIMIT $1";
+ LIMIT $1",
+    &[Type::INT8],
+);
 
 /// `ParkedEventDelete`: a replayed message leaves the table.
-const DELETE: &str = "
-DELETE FROM parked_events WHERE topic = $1 AND partition = $2 AND \"offset\" = $3";
+const DELETE: Sql = Sql::new(
+    "
+DELETE FROM parked_events WHERE topic = $1 AND partition = $2 AND \"offset\" = $3",
+    &[Type::TEXT, Type::INT4, Type::INT8],
+);
 
 /// A parked message.
 #[derive(Debug, Clone)]
@@ -44,7 +63,7 @@ pub struct Parked {
 
 impl ParkedStore {
     pub async fn park(
-        client: &impl GenericClient,
+        client: &impl Connection,
         source: Source<'_>,
         message: &Message,
         reason: &str,
@@ -54,31 +73,26 @@ impl ParkedStore {
             ..message.clone()
         })
         .map_err(ConsumerError::Encode)?;
-        let statement = client.prepare_cached(PARK).await?;
-        client
-            .execute(
-                &statement,
-                &[
-                    &source.topic,
-                    &source.partition,
-                    &source.offset,
-                    &message.id,
-                    &message.ce_type,
-                    &headers,
-                    &message.payload,
-                    &reason,
-                ],
-            )
-            .await?;
+        statements::execute(
+            client,
+            &PARK,
+            &[
+                &source.topic,
+                &source.partition,
+                &source.offset,
+                &message.id,
+                &message.ce_type,
+                &headers,
+                &message.payload,
+                &reason,
+            ],
+        )
+        .await?;
         Ok(())
     }
 
-    pub async fn list(
-        client: &impl GenericClient,
-        limit: i64,
-    ) -> Result<Vec<Parked>, ConsumerError> {
-        let statement = client.prepare_cached(LIST).await?;
-        let rows = client.query(&statement, &[&limit]).await?;
+    pub async fn list(client: &impl Connection, limit: i64) -> Result<Vec<Parked>, ConsumerError> {
+        let rows = statements::query(client, &LIST, &[&limit]).await?;
         rows.iter()
             .map(|row| {
                 let headers: serde_json::Value = row.try_get("headers")?;
@@ -102,14 +116,13 @@ impl ParkedStore {
             .collect()
     }
 
-    pub async fn delete(client: &impl GenericClient, parked: &Parked) -> Result<(), ConsumerError> {
-        let statement = client.prepare_cached(DELETE).await?;
-        client
-            .execute(
-                &statement,
-                &[&parked.topic, &parked.partition, &parked.offset],
-            )
-            .await?;
+    pub async fn delete(client: &impl Connection, parked: &Parked) -> Result<(), ConsumerError> {
+        statements::execute(
+            client,
+            &DELETE,
+            &[&parked.topic, &parked.partition, &parked.offset],
+        )
+        .await?;
         Ok(())
     }
 }

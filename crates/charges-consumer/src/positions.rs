@@ -1,6 +1,7 @@
 //! `aggregate_positions`: the highest event sequence applied per charge.
 
-use deadpool_postgres::GenericClient;
+use charges_store::statements::{self, Connection, Sql};
+use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::ConsumerError;
@@ -10,7 +11,8 @@ pub struct PositionStore;
 /// `AggregatePositionAdvance`: records `$2` as applied for charge `$1` and returns the
 /// highest sequence applied before it (NULL for a charge seen for the first time). The
 /// row lock serializes two replicas applying events of one charge.
-const ADVANCE: &str = "
+const ADVANCE: Sql = Sql::new(
+    "
 WITH before AS (
     SELECT last_sequence FROM aggregate_positions WHERE aggregate_id = $1 FOR UPDATE
 ), upsert AS (
@@ -18,18 +20,17 @@ WITH before AS (
     ON CONFLICT (aggregate_id) DO UPDATE
        SET last_sequence = greatest(aggregate_positions.last_sequence, EXCLUDED.last_sequence)
 )
-SELECT (SELECT last_sequence FROM before) AS previous";
+SELECT (SELECT last_sequence FROM before) AS previous",
+    &[Type::UUID, Type::INT8],
+);
 
 impl PositionStore {
     pub async fn advance(
-        client: &impl GenericClient,
+        client: &impl Connection,
         aggregate_id: Uuid,
         sequence: i64,
     ) -> Result<Option<i64>, ConsumerError> {
-        let statement = client.prepare_cached(ADVANCE).await?;
-        let row = client
-            .query_one(&statement, &[&aggregate_id, &sequence])
-            .await?;
+        let row = statements::query_one(client, &ADVANCE, &[&aggregate_id, &sequence]).await?;
         Ok(row.try_get("previous")?)
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use charges_runtime::readiness::Health;
+use charges_store::statements::{self, Sql, Type};
 use charges_store::{Pool, StoreError, Transaction};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -93,11 +94,15 @@ async fn steps(
 }
 
 /// `MaintenanceTryLock`: released when the step's transaction ends.
-const TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1) AS locked";
+const TRY_LOCK: Sql = Sql::new(
+    "SELECT pg_try_advisory_xact_lock($1) AS locked",
+    &[Type::INT8],
+);
 
 async fn try_lock(tx: &Transaction<'_>, key: i64) -> Result<bool, StoreError> {
-    let statement = tx.prepare_cached(TRY_LOCK).await?;
-    Ok(tx.query_one(&statement, &[&key]).await?.try_get("locked")?)
+    Ok(statements::query_one(tx, &TRY_LOCK, &[&key])
+        .await?
+        .try_get("locked")?)
 }
 
 /// A job's task ended, which only a bug can make it do.

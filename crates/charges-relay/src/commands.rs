@@ -119,7 +119,7 @@ async fn discard(
 
 /// The dead rows `ids` name, or an error naming the ids that are not dead.
 async fn dead_rows(
-    client: &impl GenericClient,
+    client: &impl charges_store::Connection,
     ids: &[Uuid],
 ) -> Result<Vec<DeadEvent>, RelayError> {
     let rows = OutboxStore::get_dead(client, ids).await?;
@@ -160,7 +160,7 @@ fn confirm(rows: usize, yes: bool) -> Result<(), RelayError> {
 /// The ids `dead requeue` takes. Named ids must all be dead: one that is not means a
 /// typo or a stale list, and nothing is requeued.
 async fn select_for_requeue(
-    client: &impl GenericClient,
+    client: &impl charges_store::Connection,
     selection: &RequeueArgs,
 ) -> Result<Vec<Uuid>, RelayError> {
     if !selection.id.is_empty() {

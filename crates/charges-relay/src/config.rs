@@ -69,6 +69,13 @@ pub enum Ordering {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Postgres's own URL for the LISTEN session that wakes the relay when rows are
+    /// committed (default: --database-url). Needed behind a transaction pooler
+    /// (--db-pooler transaction), where LISTEN cannot work: without it the relay only
+    /// polls, every --poll-interval. Never logged.
+    #[arg(long, env = "LISTEN_DATABASE_URL", hide_env_values = true)]
+    pub listen_database_url: Option<String>,
+
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
     pub kafka_brokers: String,

@@ -194,13 +194,13 @@ impl Workers {
         shutdown: watch::Receiver<bool>,
     ) -> Result<Workers, RelayError> {
         let wake = Arc::new(Notify::new());
-        let listener = listener::start(
-            &database.database_url,
-            &database.tls(),
-            wake.clone(),
-            shutdown.clone(),
-        )
-        .await?;
+        let listen_url = listen_url(database, args);
+        let listener = match listen_url {
+            Some(url) => {
+                listener::start(url, &database.tls(), wake.clone(), shutdown.clone()).await?
+            }
+            None => listener::poll_only(args.poll_interval),
+        };
         let jobs = start_jobs(&pool, args, health.clone(), shutdown.clone());
         let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
         let prober = tokio::spawn(broker::probe_outages(
@@ -218,7 +218,11 @@ impl Workers {
             broker,
             health.clone(),
         ));
-        let wakeup = Arc::new(WakeupRequest::new(relay_pool, args.poll_interval));
+        let wakeup = Arc::new(WakeupRequest::new(
+            relay_pool,
+            args.poll_interval,
+            listen_url.is_some(),
+        ));
         let pacing = Pacing {
             poll_interval: args.poll_interval,
             busy_poll_interval: args.busy_poll_interval,
@@ -284,6 +288,20 @@ impl Workers {
     }
 }
 
+/// Where the relay LISTENs: `--listen-database-url`, else the pool's URL unless that is
+/// a transaction pooler's, whose sessions last a transaction (a LISTEN there would
+/// subscribe some server session that then serves other clients).
+fn listen_url<'a>(
+    database: &'a charges_runtime::DatabaseArgs,
+    args: &'a RunArgs,
+) -> Option<&'a str> {
+    match (&args.listen_database_url, database.db_pooler) {
+        (Some(url), _) => Some(url),
+        (None, charges_runtime::DbPooler::None) => Some(&database.database_url),
+        (None, charges_runtime::DbPooler::Transaction) => None,
+    }
+}
+
 async fn connect(
     database: &charges_runtime::DatabaseArgs,
     args: &RunArgs,
@@ -298,6 +316,7 @@ async fn connect(
             statement_timeout: settings.transaction_timeout(),
             application_name: "charges-relay".to_owned(),
             tls: database.tls(),
+            pooler: database.db_pooler.into(),
         },
     )
     .await?)

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Connection};
 
 use crate::RelayError;
+use crate::metrics::LISTENER_CONNECTED;
 
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(30);
@@ -93,6 +94,7 @@ pub async fn start(
         None
     };
     let mut session = listen(&config, tls.as_ref(), &wake).await?;
+    metrics::gauge!(LISTENER_CONNECTED).set(1.0);
     Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -102,6 +104,7 @@ pub async fn start(
                         Ok(Err(e)) => crate::error_chain(&e),
                         Err(e) => e.to_string(),
                     };
+                    metrics::gauge!(LISTENER_CONNECTED).set(0.0);
                     tracing::warn!(reason, "listener connection lost; polling until it is back");
                 }
                 _ = shutdown.changed() => return,
@@ -114,6 +117,7 @@ pub async fn start(
                 }
                 match listen(&config, tls.as_ref(), &wake).await {
                     Ok(session) => {
+                        metrics::gauge!(LISTENER_CONNECTED).set(1.0);
                         tracing::info!("listener reconnected");
                         break session;
                     }
@@ -125,4 +129,17 @@ pub async fn start(
             };
         }
     }))
+}
+
+/// No LISTEN session: behind a transaction pooler without `--listen-database-url`.
+/// Said once, loudly, and in the gauge: every commit then waits for the next poll.
+pub fn poll_only(poll_interval: Duration) -> JoinHandle<()> {
+    metrics::gauge!(LISTENER_CONNECTED).set(0.0);
+    tracing::warn!(
+        poll_interval = %humantime::format_duration(poll_interval),
+        "no LISTEN session: --db-pooler transaction without --listen-database-url; \
+         new rows are found by polling only. Give --listen-database-url Postgres's own \
+         URL to publish within milliseconds of each commit"
+    );
+    tokio::spawn(async {})
 }

@@ -20,6 +20,9 @@ pub const DELIVERY_LAG: &str = "charges_relay_delivery_lag_seconds";
 pub const BROKER_AVAILABLE: &str = "charges_relay_broker_available";
 /// Counter: outages this relay declared (a batch with only availability errors).
 pub const BROKER_OUTAGES: &str = "charges_relay_broker_outages_total";
+/// Gauge: 1 while a LISTEN session wakes this relay on new rows, 0 while it only polls
+/// (its listener connection is down, or it has none behind a transaction pooler).
+pub const LISTENER_CONNECTED: &str = "charges_relay_listener_connected";
 
 /// A batch takes from milliseconds to the publish timeout.
 const BATCH_BUCKETS: &[f64] = &[
@@ -58,6 +61,10 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         "1 while the broker takes messages, 0 while the relay waits out an outage"
     );
     metrics::describe_counter!(BROKER_OUTAGES, "Broker outages declared by this relay");
+    metrics::describe_gauge!(
+        LISTENER_CONNECTED,
+        "1 while a LISTEN session wakes this relay, 0 while it only polls"
+    );
     Ok(handle)
 }
 

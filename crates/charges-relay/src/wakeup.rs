@@ -18,17 +18,22 @@ pub struct WakeupRequest {
     /// when it died or turned busy, is withdrawn at most this long after.
     last_write: Mutex<Instant>,
     recheck: Duration,
+    /// This process LISTENs; without a listener, asking would make every insert
+    /// NOTIFY for nobody.
+    listening: bool,
 }
 
 impl WakeupRequest {
     /// `recheck`: how long a busy relay trusts that nobody asked (the poll interval:
     /// the same bound the fallback polling gives).
-    pub fn new(pool: Pool, recheck: Duration) -> WakeupRequest {
+    /// `listening`: whether this process has a LISTEN session to be woken on.
+    pub fn new(pool: Pool, recheck: Duration, listening: bool) -> WakeupRequest {
         WakeupRequest {
             pool,
             asked: AtomicBool::new(false),
             last_write: Mutex::new(Instant::now()),
             recheck,
+            listening,
         }
     }
 
@@ -36,6 +41,9 @@ impl WakeupRequest {
     /// once more afterwards, since rows committed before the request took effect sent
     /// no notification.
     pub async fn ask(&self) {
+        if !self.listening {
+            return;
+        }
         self.asked.store(true, Ordering::Relaxed);
         self.write(true).await;
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use charges_store::{DatabaseTls, PoolSettings};
+use charges_store::{DatabaseTls, PoolSettings, Pooler};
 
 /// `--database-url` and `--database-ca-file`, accepted before or after a subcommand.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,6 +21,38 @@ pub struct DatabaseArgs {
     /// server's certificate and host name are always verified; prefer and disable are plain text.
     #[arg(long, env = "DATABASE_CA_FILE", global = true)]
     pub database_ca_file: Option<PathBuf>,
+    /// What --database-url points at. `none`: Postgres itself (or a pooler in session
+    /// mode); statements are prepared once per connection and the timeouts travel with
+    /// the connection. `transaction`: a pooler in transaction mode (PgBouncer's
+    /// pool_mode = transaction, …): statements go unnamed, the server's role must carry
+    /// the statement and idle-in-transaction timeouts (checked at start), and migrations
+    /// and the relay's LISTEN need Postgres's own URL.
+    #[arg(
+        long,
+        env = "DB_POOLER",
+        value_enum,
+        default_value = "none",
+        global = true
+    )]
+    pub db_pooler: DbPooler,
+}
+
+/// `--db-pooler`: what sits between a binary and Postgres.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DbPooler {
+    /// Postgres itself, or a pooler in session mode.
+    None,
+    /// A pooler in transaction mode.
+    Transaction,
+}
+
+impl From<DbPooler> for Pooler {
+    fn from(pooler: DbPooler) -> Pooler {
+        match pooler {
+            DbPooler::None => Pooler::None,
+            DbPooler::Transaction => Pooler::Transaction,
+        }
+    }
 }
 
 impl DatabaseArgs {
@@ -35,6 +67,7 @@ impl DatabaseArgs {
             max_size,
             application_name: application_name.to_owned(),
             tls: self.tls(),
+            pooler: self.db_pooler.into(),
             ..PoolSettings::default()
         }
     }

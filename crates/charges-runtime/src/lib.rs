@@ -16,7 +16,7 @@ mod signals;
 pub mod telemetry;
 pub mod trace;
 
-pub use database::DatabaseArgs;
+pub use database::{DatabaseArgs, DbPooler};
 pub use logging::{LogFormat, LogTarget, LoggingError, init_logging};
 pub use signals::shutdown_signal;
 

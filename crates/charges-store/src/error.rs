@@ -45,6 +45,29 @@ pub enum StoreError {
     Tls(#[from] openssl::error::ErrorStack),
     #[error("the database CA file {0} could not be loaded")]
     TlsCaFile(std::path::PathBuf, #[source] openssl::error::ErrorStack),
+    /// A second pool asked for another statement mode than the process's first one.
+    #[error("this process already talks to Postgres another way than --db-pooler {}", .0.as_str())]
+    PoolerMismatch(crate::Pooler),
+    /// A pooler in transaction mode leaves a server unbounded: its role or database has
+    /// no timeout of its own, and the connection's cannot pass the pooler.
+    #[error(
+        "through a transaction pooler the server must bound every statement and idle transaction itself: {0}"
+    )]
+    UnboundedThroughPooler(String),
+    /// The server (a pooler, in fact) refused the connection's `options` startup
+    /// parameter, which carries the timeouts on a direct connection.
+    #[error(
+        "the server refused this connection's startup options, as PgBouncer and other \
+         transaction poolers do: behind one, set --db-pooler transaction (migrations need \
+         Postgres's own URL)"
+    )]
+    StartupOptionsRefused(#[source] tokio_postgres::Error),
+    /// Work that needs one server session for its whole length, sent through a
+    /// transaction pooler.
+    #[error(
+        "{0} needs a session of its own: give it Postgres's own URL, not the pooler's (--db-pooler none)"
+    )]
+    NeedsSession(&'static str),
 }
 
 impl From<deadpool_postgres::PoolError> for StoreError {
@@ -82,7 +105,11 @@ impl StoreError {
             | StoreError::Invariant(_)
             | StoreError::InvalidRole(_)
             | StoreError::Tls(_)
-            | StoreError::TlsCaFile(..) => false,
+            | StoreError::TlsCaFile(..)
+            | StoreError::PoolerMismatch(_)
+            | StoreError::UnboundedThroughPooler(_)
+            | StoreError::StartupOptionsRefused(_)
+            | StoreError::NeedsSession(_) => false,
         }
     }
 }

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use charges_domain::{Fingerprint, IdempotencyKey};
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Pool, Transaction};
+use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::Row;
 
 use crate::StoreError;
 use crate::replay_cache::ReplayCache;
+use crate::statements::{self, Connection, Sql, Type};
 
 /// A response as it will be replayed: status, the headers that belong to the resource
 /// (for example `Location`) and the body, byte for byte.
@@ -97,23 +98,21 @@ impl KeyCompletion<'_> {
 
     /// Whether the row was written (false: someone else's committed row holds the key).
     async fn complete(&self, response: &StoredResponse) -> Result<bool, StoreError> {
-        let statement = self.tx.prepare_cached(COMPLETE).await?;
         let headers = encode_headers(&response.headers);
-        let written = self
-            .tx
-            .execute(
-                &statement,
-                &[
-                    &self.key,
-                    &self.endpoint,
-                    &self.fingerprint.as_str(),
-                    &i32::from(response.status),
-                    &headers,
-                    &response.body,
-                    &self.ttl_ms,
-                ],
-            )
-            .await?;
+        let written = statements::execute(
+            self.tx,
+            &COMPLETE,
+            &[
+                &self.key,
+                &self.endpoint,
+                &self.fingerprint.as_str(),
+                &i32::from(response.status),
+                &headers,
+                &response.body,
+                &self.ttl_ms,
+            ],
+        )
+        .await?;
         Ok(written == 1)
     }
 }
@@ -188,7 +187,8 @@ pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
 /// Under READ COMMITTED the statement's snapshot is taken before the lock is granted,
 /// so the previous holder may have committed the row in between, unseen by the join.
 /// [`COMPLETE`] finds it then, and the request starts over (found by `make soak`).
-pub const RESERVE: &str = "
+pub const RESERVE: Sql = Sql::new(
+    "
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended($2 || ' ' || $1, 0)) AS acquired,
            now() AS now
@@ -202,7 +202,9 @@ SELECT lock.acquired,
        existing.response_body,
        existing.expires_at
   FROM lock
-  LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2";
+  LEFT JOIN idempotency_keys existing ON existing.key = $1 AND existing.endpoint = $2",
+    &[Type::TEXT, Type::TEXT],
+);
 
 /// `IdempotencyKeyComplete`: the key's row, `COMPLETED` with the replayable response,
 /// written once after the operation's writes. Inserting it whole, rather than a
@@ -211,7 +213,8 @@ SELECT lock.acquired,
 /// of every old page that vacuum found room on (docs/benchmarks.md, "As the tables
 /// grow"). An expired row is overwritten; any other row means the key was taken after
 /// RESERVE's snapshot, and nothing is written (0 rows).
-pub const COMPLETE: &str = "
+pub const COMPLETE: Sql = Sql::new(
+    "
 INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, response_status,
                                    response_headers, response_body, created_at, expires_at)
 VALUES ($1, $2, $3, 'COMPLETED', $4, $5, $6, now(), now() + $7::bigint * interval '1 millisecond')
@@ -223,15 +226,28 @@ ON CONFLICT (key, endpoint) DO UPDATE
        response_body = EXCLUDED.response_body,
        created_at = EXCLUDED.created_at,
        expires_at = EXCLUDED.expires_at
- WHERE k.status = 'COMPLETED' AND k.expires_at <= now()";
+ WHERE k.status = 'COMPLETED' AND k.expires_at <= now()",
+    &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+        Type::JSONB,
+        Type::TEXT,
+        Type::INT8,
+    ],
+);
 
 // Reconciliation and retention: never on the request path.
 
 /// `IdempotencyKeyCountStartedOlderThan`: committed `STARTED` rows, which the
 /// one-transaction design never leaves behind (see the module documentation).
-const COUNT_STARTED_OLDER_THAN: &str = "
+const COUNT_STARTED_OLDER_THAN: Sql = Sql::new(
+    "
 SELECT count(*) AS started FROM idempotency_keys
- WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'";
+ WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'",
+    &[Type::INT8],
+);
 
 /// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
 /// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
@@ -243,7 +259,8 @@ SELECT count(*) AS started FROM idempotency_keys
 /// planner may hash-join the batch against every expired row: `make soak` caught that
 /// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
 /// table grew without bound.
-pub const DELETE_EXPIRED: &str = "
+pub const DELETE_EXPIRED: Sql = Sql::new(
+    "
 DELETE FROM idempotency_keys
  WHERE ctid = ANY (ARRAY(
         SELECT ctid FROM idempotency_keys
@@ -252,7 +269,9 @@ DELETE FROM idempotency_keys
          LIMIT $1
            FOR UPDATE SKIP LOCKED))
    AND status = 'COMPLETED'
-   AND expires_at <= now()";
+   AND expires_at <= now()",
+    &[Type::INT8],
+);
 
 enum Reservation {
     Reserved {
@@ -371,24 +390,20 @@ impl IdempotencyStore {
 
     /// Committed `STARTED` keys older than `age` (reconciliation).
     pub async fn count_started_older_than(
-        client: &impl GenericClient,
+        client: &impl Connection,
         age: Duration,
     ) -> Result<i64, StoreError> {
         let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-        let statement = client.prepare_cached(COUNT_STARTED_OLDER_THAN).await?;
-        Ok(client
-            .query_one(&statement, &[&age_ms])
-            .await?
-            .try_get("started")?)
+        Ok(
+            statements::query_one(client, &COUNT_STARTED_OLDER_THAN, &[&age_ms])
+                .await?
+                .try_get("started")?,
+        )
     }
 
     /// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
-    pub async fn delete_expired(
-        client: &impl GenericClient,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        let statement = client.prepare_cached(DELETE_EXPIRED).await?;
-        Ok(client.execute(&statement, &[&limit]).await?)
+    pub async fn delete_expired(client: &impl Connection, limit: i64) -> Result<u64, StoreError> {
+        statements::execute(client, &DELETE_EXPIRED, &[&limit]).await
     }
 
     async fn reserve(
@@ -398,8 +413,7 @@ impl IdempotencyStore {
         endpoint: &str,
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, StoreError> {
-        let statement = tx.prepare_cached(RESERVE).await?;
-        let row = tx.query_one(&statement, &[&key, &endpoint]).await?;
+        let row = statements::query_one(tx, &RESERVE, &[&key, &endpoint]).await?;
         let acquired = row.try_get::<_, bool>("acquired")?;
         let status = row.try_get::<_, Option<&str>>("status")?;
         let free = status.is_none() || expired_completion(&row)?;

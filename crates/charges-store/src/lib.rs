@@ -13,13 +13,14 @@
 //!   shaped for production only: `make bench` reads the same constants and follows
 //!   them, never the reverse.
 //! - **One store type per table** (`OutboxStore`, `ChargeStore`, …) with one `impl`
-//!   block. Its functions take `&impl GenericClient`: the caller owns the connection
+//!   block. Its functions take `&impl Connection`: the caller owns the connection
 //!   or transaction, so one request's statements share one transaction. The relay's
 //!   statements take a prepared [`outbox::ClaimStatements`] instead of preparing
 //!   their own, so that they can be pipelined (see `ClaimTransaction`).
 //!   `IdempotencyStore` also carries the request path's state (TTL, replay cache).
-//! - Statements are prepared with `prepare_cached`; parameters are always bound,
-//!   never formatted into SQL text.
+//! - Statements are [`Sql`] constants, text and parameter types together, run through
+//!   [`statements`]: prepared once per connection directly, sent unnamed through a
+//!   transaction pooler; parameters are always bound, never formatted into SQL text.
 //! - **Columns are read by name** (`row.try_get("column")`), never by position, and
 //!   never with a panicking getter; computed columns get an `AS name`.
 //! - Every failure is a [`StoreError`]; [`StoreError::is_unavailable`] is the one
@@ -36,6 +37,7 @@ mod pool;
 mod reconciliation_result;
 pub mod refunds;
 mod replay_cache;
+pub mod statements;
 mod tls;
 
 pub use charges::{ChargeStore, RefundableCharge};
@@ -56,5 +58,6 @@ pub use reconciliation_result::{
     ReconciliationClaim, ReconciliationCounts, ReconciliationResultStore,
 };
 pub use refunds::RefundStore;
+pub use statements::{Connection, Pooler, Sql};
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;

@@ -3,6 +3,7 @@
 use deadpool_postgres::Pool;
 
 use crate::StoreError;
+use crate::statements::{self, Sql};
 
 mod embedded {
     refinery::embed_migrations!("../../migrations");
@@ -29,6 +30,12 @@ pub async fn run_locked(
     runner: refinery::Runner,
     lock: i64,
 ) -> Result<usize, StoreError> {
+    // The lock is a session's, and refinery runs each migration in a transaction of
+    // its own: through a transaction pooler, lock, migrations and unlock could each
+    // land on another server session.
+    if statements::through_transaction_pooler() {
+        return Err(StoreError::NeedsSession("applying migrations"));
+    }
     let mut client = pool.get().await?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&lock])
@@ -83,24 +90,28 @@ pub fn expected_version() -> Option<i32> {
 /// The highest version applied to the database, `None` on an empty database.
 pub async fn current_version(pool: &Pool) -> Result<Option<i32>, StoreError> {
     let client = pool.get().await?;
-    let exists: bool = client
-        .query_one(
-            "SELECT to_regclass('refinery_schema_history') IS NOT NULL AS exists",
-            &[],
-        )
+    let exists: bool = statements::query_one(&client, &HISTORY_EXISTS, &[])
         .await?
         .try_get("exists")?;
     if !exists {
         return Ok(None);
     }
-    Ok(client
-        .query_one(
-            "SELECT max(version) AS version FROM refinery_schema_history",
-            &[],
-        )
+    Ok(statements::query_one(&client, &HISTORY_VERSION, &[])
         .await?
         .try_get("version")?)
 }
+
+/// `RefinerySchemaHistoryExists`
+const HISTORY_EXISTS: Sql = Sql::new(
+    "SELECT to_regclass('refinery_schema_history') IS NOT NULL AS exists",
+    &[],
+);
+
+/// `RefinerySchemaHistoryVersion`
+const HISTORY_VERSION: Sql = Sql::new(
+    "SELECT max(version) AS version FROM refinery_schema_history",
+    &[],
+);
 
 /// deploy/sql/grants.sql, embedded: what the API's and the relay's roles may do.
 const GRANTS: &str = include_str!("../../../deploy/sql/grants.sql");

@@ -3,30 +3,49 @@
 
 use charges_domain::EventType;
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
+use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::statements::{self, Connection, ReadyStatement, Sql};
 
 /// `OutboxInsert`
-pub const INSERT: &str = "
+pub const INSERT: Sql = Sql::new(
+    "
 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, sequence, data, created_at,
                     trace_parent, trace_state, request_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    &[
+        Type::UUID,
+        Type::TEXT,
+        Type::UUID,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+    ],
+);
 
 // The relay's statements. The claim is the batch transaction's row lock
 // (docs/design.md, "The relay").
 
 /// `OutboxClaimSetTimeouts`: bounds the claim transaction (`SET LOCAL`, so it ends
 /// with the transaction). Values are milliseconds as text.
-const CLAIM_SET_TIMEOUTS: &str = "
+const CLAIM_SET_TIMEOUTS: Sql = Sql::new(
+    "
 SELECT set_config('idle_in_transaction_session_timeout', $1, true),
-       set_config('statement_timeout', $2, true)";
+       set_config('statement_timeout', $2, true)",
+    &[Type::TEXT, Type::TEXT],
+);
 
 /// `OutboxClaimPending`: the oldest publishable rows created at or after `$2` (NULL:
 /// from the oldest) that no other relay holds. Matches `outbox_pending_idx`
 /// (predicate and order; `$2` bounds the index range, so the scan starts there).
-pub const CLAIM_PENDING: &str = "
+pub const CLAIM_PENDING: Sql = Sql::new(
+    "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
        trace_parent, trace_state, request_id
@@ -37,7 +56,9 @@ WHERE published_at IS NULL
   AND created_at >= coalesce($2::timestamptz, '-infinity')
 ORDER BY created_at
 LIMIT $1
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED",
+    &[Type::INT8, Type::TIMESTAMPTZ],
+);
 
 /// `OutboxClaimPendingOrdered`: as `OutboxClaimPending`, but only the oldest unpublished
 /// event of each charge: a row is claimable once no event of its charge with a lower
@@ -45,7 +66,8 @@ FOR UPDATE SKIP LOCKED";
 /// dead). The probe runs on `outbox_aggregate_sequence_idx`. The statement's snapshot
 /// can only make it more careful: a predecessor published after the snapshot still
 /// counts as unpublished, and its successor waits for the next claim.
-pub const CLAIM_PENDING_ORDERED: &str = "
+pub const CLAIM_PENDING_ORDERED: Sql = Sql::new(
+    "
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.sequence,
        coalesce(o.data, o.payload::text) AS payload, o.created_at, o.attempts, o.rejections,
        o.trace_parent, o.trace_state, o.request_id
@@ -61,21 +83,27 @@ WHERE o.published_at IS NULL
                      AND earlier.published_at IS NULL)
 ORDER BY o.created_at
 LIMIT $1
-FOR UPDATE OF o SKIP LOCKED";
+FOR UPDATE OF o SKIP LOCKED",
+    &[Type::INT8, Type::TIMESTAMPTZ],
+);
 
 /// `OutboxMarkPublishedMany`: one statement per batch, only for acknowledged ids.
-pub const MARK_PUBLISHED_MANY: &str = "
+pub const MARK_PUBLISHED_MANY: Sql = Sql::new(
+    "
 UPDATE outbox
 SET published_at = clock_timestamp(),
     next_attempt_at = clock_timestamp()
 WHERE id = ANY($1)
-  AND published_at IS NULL";
+  AND published_at IS NULL",
+    &[Type::UUID_ARRAY],
+);
 
 /// `OutboxRecordFailureMany`: one statement per batch. Every failure counts as an
 /// attempt; `$4[i]` says whether the broker refused the message itself (a rejection,
 /// which counts towards `--max-attempts`), `$5[i]` whether row `i` has used up its
 /// rejections and becomes dead.
-const RECORD_FAILURE_MANY: &str = "
+const RECORD_FAILURE_MANY: Sql = Sql::new(
+    "
 UPDATE outbox AS o
 SET attempts = o.attempts + 1,
     rejections = o.rejections + CASE WHEN f.rejected THEN 1 ELSE 0 END,
@@ -85,14 +113,23 @@ SET attempts = o.attempts + 1,
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bool[], $5::bool[])
      AS f(id, error, retry_in_ms, rejected, dead)
 WHERE o.id = f.id
-  AND o.published_at IS NULL";
+  AND o.published_at IS NULL",
+    &[
+        Type::UUID_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::BOOL_ARRAY,
+        Type::BOOL_ARRAY,
+    ],
+);
 
 /// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds,
 /// and how far retention has now deleted (`outbox_retention_horizon`, which
 /// reconciliation reads). Pending and dead rows have `published_at IS NULL` and are
 /// never matched. By `ctid`, like `IdempotencyKeyDeleteExpired`: exactly the locked
 /// batch, whatever the planner thinks of the table's size.
-pub const DELETE_PUBLISHED: &str = "
+pub const DELETE_PUBLISHED: Sql = Sql::new(
+    "
 WITH deleted AS (
     DELETE FROM outbox
     WHERE ctid = ANY (ARRAY(
@@ -110,11 +147,14 @@ WITH deleted AS (
        SET deleted_published_through =
            greatest(h.deleted_published_through, EXCLUDED.deleted_published_through)
 )
-SELECT count(*) AS deleted FROM deleted";
+SELECT count(*) AS deleted FROM deleted",
+    &[Type::FLOAT8, Type::INT8],
+);
 
 /// `OutboxDiscardDeadMany`: moves the dead rows among `$1` to `outbox_discarded`,
 /// recording `$2` as who discarded them; returns their ids.
-const DISCARD_DEAD_MANY: &str = "
+const DISCARD_DEAD_MANY: Sql = Sql::new(
+    "
 WITH gone AS (
     DELETE FROM outbox WHERE id = ANY($1) AND dead_at IS NOT NULL
     RETURNING id, aggregate_type, aggregate_id, event_type, sequence, payload, data, attempts,
@@ -126,11 +166,14 @@ INSERT INTO outbox_discarded (id, aggregate_type, aggregate_id, event_type, sequ
 SELECT id, aggregate_type, aggregate_id, event_type, sequence, payload, data, attempts,
        rejections, last_error, created_at, dead_at, $2
   FROM gone
-RETURNING id";
+RETURNING id",
+    &[Type::UUID_ARRAY, Type::TEXT],
+);
 
 /// `OutboxListDead`: `$2` NULL lists every dead row, else those whose `last_error`
 /// is `LIKE $2`.
-const LIST_DEAD: &str = "
+const LIST_DEAD: Sql = Sql::new(
+    "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, attempts, rejections, last_error,
        created_at, dead_at
@@ -138,20 +181,26 @@ FROM outbox
 WHERE dead_at IS NOT NULL
   AND ($2::text IS NULL OR last_error LIKE $2::text)
 ORDER BY dead_at, id
-LIMIT $1";
+LIMIT $1",
+    &[Type::INT8, Type::TEXT],
+);
 
 /// `OutboxGetDeadMany`
-const GET_DEAD_MANY: &str = "
+const GET_DEAD_MANY: Sql = Sql::new(
+    "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, attempts, rejections, last_error,
        created_at, dead_at
 FROM outbox
 WHERE dead_at IS NOT NULL
   AND id = ANY($1)
-ORDER BY dead_at, id";
+ORDER BY dead_at, id",
+    &[Type::UUID_ARRAY],
+);
 
 /// `OutboxRequeueDeadMany`: returns the ids it requeued.
-const REQUEUE_DEAD_MANY: &str = "
+const REQUEUE_DEAD_MANY: Sql = Sql::new(
+    "
 UPDATE outbox
 SET attempts = 0,
     rejections = 0,
@@ -159,18 +208,23 @@ SET attempts = 0,
     next_attempt_at = now()
 WHERE dead_at IS NOT NULL
   AND id = ANY($1)
-RETURNING id";
+RETURNING id",
+    &[Type::UUID_ARRAY],
+);
 
 /// `OutboxStats`: what the relay exports as gauges. Each part matches a partial
 /// index (`outbox_pending_idx`, `outbox_dead_idx`), so it stays cheap however many
 /// published rows the table holds. Rows waiting for a retry count as pending.
-const STATS: &str = "
+const STATS: Sql = Sql::new(
+    "
 SELECT (SELECT count(*) FROM outbox
          WHERE published_at IS NULL AND dead_at IS NULL) AS pending,
        (SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
           FROM outbox
          WHERE published_at IS NULL AND dead_at IS NULL) AS oldest_pending_age_seconds,
-       (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL) AS dead";
+       (SELECT count(*) FROM outbox WHERE dead_at IS NOT NULL) AS dead",
+    &[],
+);
 
 /// `OutboxListenPending`: the channel the `outbox_notify_pending` trigger notifies on
 /// commit of every INSERT statement (see migration V2).
@@ -247,16 +301,16 @@ impl PendingEvent {
     }
 }
 
-/// The relay's four statements, prepared on the connection that runs them. Holding
-/// them, a pipelined request goes out the moment its future is first polled, in the
-/// order the futures are polled; a statement still to be prepared would send its
-/// `Parse` and let a later request overtake its execution.
+/// The relay's four statements, ready on the connection that runs them (see
+/// [`statements::ReadyStatement`]): a pipelined request goes out the moment its future
+/// is first polled, in the order the futures are polled, whereas a statement still to
+/// be prepared would send its `Parse` and let a later request overtake its execution.
 #[derive(Debug, Clone)]
 pub struct ClaimStatements {
-    set_timeouts: tokio_postgres::Statement,
-    claim: tokio_postgres::Statement,
-    mark_published: tokio_postgres::Statement,
-    record_failures: tokio_postgres::Statement,
+    set_timeouts: ReadyStatement,
+    claim: ReadyStatement,
+    mark_published: ReadyStatement,
+    record_failures: ReadyStatement,
 }
 
 /// A failed publish of one row, recorded by [`OutboxStore::record_failures`].
@@ -307,35 +361,31 @@ impl DeadEvent {
 
 impl OutboxStore {
     /// Adds an event on the caller's transaction.
-    pub async fn insert(
-        client: &impl GenericClient,
-        event: &NewEvent<'_>,
-    ) -> Result<(), StoreError> {
-        let statement = client.prepare_cached(INSERT).await?;
-        client
-            .execute(
-                &statement,
-                &[
-                    &event.id,
-                    &event.event_type.aggregate_type(),
-                    &event.aggregate_id,
-                    &event.event_type.as_str(),
-                    &event.sequence,
-                    &event.data,
-                    &event.created_at,
-                    &event.origin.trace_parent,
-                    &event.origin.trace_state,
-                    &event.origin.request_id,
-                ],
-            )
-            .await?;
+    pub async fn insert(client: &impl Connection, event: &NewEvent<'_>) -> Result<(), StoreError> {
+        statements::execute(
+            client,
+            &INSERT,
+            &[
+                &event.id,
+                &event.event_type.aggregate_type(),
+                &event.aggregate_id,
+                &event.event_type.as_str(),
+                &event.sequence,
+                &event.data,
+                &event.created_at,
+                &event.origin.trace_parent,
+                &event.origin.trace_state,
+                &event.origin.request_id,
+            ],
+        )
+        .await?;
         Ok(())
     }
 
-    /// The claim transaction's statements, prepared (pipelined) on first use of a
-    /// connection and from its cache afterwards.
+    /// The claim transaction's statements; directly, prepared (pipelined) on first use
+    /// of a connection and from its cache afterwards.
     pub async fn claim_statements(
-        client: &impl GenericClient,
+        client: &impl Connection,
         ordered: bool,
     ) -> Result<ClaimStatements, StoreError> {
         let claim = if ordered {
@@ -344,10 +394,10 @@ impl OutboxStore {
             CLAIM_PENDING
         };
         let (set_timeouts, claim, mark_published, record_failures) = futures::try_join!(
-            client.prepare_cached(CLAIM_SET_TIMEOUTS),
-            client.prepare_cached(claim),
-            client.prepare_cached(MARK_PUBLISHED_MANY),
-            client.prepare_cached(RECORD_FAILURE_MANY),
+            statements::ready(client, &CLAIM_SET_TIMEOUTS),
+            statements::ready(client, &claim),
+            statements::ready(client, &MARK_PUBLISHED_MANY),
+            statements::ready(client, &RECORD_FAILURE_MANY),
         )?;
         Ok(ClaimStatements {
             set_timeouts,
@@ -360,16 +410,14 @@ impl OutboxStore {
     /// `SET LOCAL` the claim transaction's `idle_in_transaction_session_timeout` and
     /// `statement_timeout`, so that the server ends it even if the relay hangs.
     pub async fn set_claim_timeouts(
-        client: &impl GenericClient,
-        statements: &ClaimStatements,
+        client: &impl Connection,
+        prepared: &ClaimStatements,
         idle_in_transaction: std::time::Duration,
         statement: std::time::Duration,
     ) -> Result<(), StoreError> {
         let idle = idle_in_transaction.as_millis().to_string();
         let stmt = statement.as_millis().to_string();
-        client
-            .query_one(&statements.set_timeouts, &[&idle, &stmt])
-            .await?;
+        prepared.set_timeouts.query(client, &[&idle, &stmt]).await?;
         Ok(())
     }
 
@@ -378,31 +426,31 @@ impl OutboxStore {
     /// the ordered statements, only the oldest unpublished event of each aggregate.
     /// The locks last until the caller's transaction ends.
     pub async fn claim_pending(
-        client: &impl GenericClient,
-        statements: &ClaimStatements,
+        client: &impl Connection,
+        prepared: &ClaimStatements,
         limit: i64,
         from: Option<DateTime<Utc>>,
     ) -> Result<Vec<PendingEvent>, StoreError> {
-        let rows = client.query(&statements.claim, &[&limit, &from]).await?;
+        let rows = prepared.claim.query(client, &[&limit, &from]).await?;
         rows.iter().map(PendingEvent::from_row).collect()
     }
 
     /// Marks the broker-acknowledged `ids` published; returns how many rows changed.
     pub async fn mark_published(
-        client: &impl GenericClient,
-        statements: &ClaimStatements,
+        client: &impl Connection,
+        prepared: &ClaimStatements,
         ids: &[Uuid],
     ) -> Result<u64, StoreError> {
         if ids.is_empty() {
             return Ok(0);
         }
-        Ok(client.execute(&statements.mark_published, &[&ids]).await?)
+        prepared.mark_published.execute(client, &[&ids]).await
     }
 
     /// Records failed attempts (error, next attempt, dead) in one statement.
     pub async fn record_failures(
-        client: &impl GenericClient,
-        statements: &ClaimStatements,
+        client: &impl Connection,
+        prepared: &ClaimStatements,
         failures: &[PublishFailure],
     ) -> Result<u64, StoreError> {
         if failures.is_empty() {
@@ -416,24 +464,24 @@ impl OutboxStore {
             .collect();
         let rejected: Vec<bool> = failures.iter().map(|f| f.rejected).collect();
         let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
-        Ok(client
-            .execute(
-                &statements.record_failures,
-                &[&ids, &errors, &retry_in_ms, &rejected, &dead],
-            )
-            .await?)
+        prepared
+            .record_failures
+            .execute(client, &[&ids, &errors, &retry_in_ms, &rejected, &dead])
+            .await
     }
 
     /// Deletes up to `limit` rows published more than `older_than` ago.
     pub async fn delete_published(
-        client: &impl GenericClient,
+        client: &impl Connection,
         older_than: std::time::Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        let statement = client.prepare_cached(DELETE_PUBLISHED).await?;
-        let row = client
-            .query_one(&statement, &[&older_than.as_secs_f64(), &limit])
-            .await?;
+        let row = statements::query_one(
+            client,
+            &DELETE_PUBLISHED,
+            &[&older_than.as_secs_f64(), &limit],
+        )
+        .await?;
         let deleted: i64 = row.try_get("deleted")?;
         Ok(u64::try_from(deleted).unwrap_or_default())
     }
@@ -441,53 +489,46 @@ impl OutboxStore {
     /// Up to `limit` dead rows, oldest death first; with `last_error_like`, only those
     /// whose last error matches that `LIKE` pattern.
     pub async fn list_dead(
-        client: &impl GenericClient,
+        client: &impl Connection,
         limit: i64,
         last_error_like: Option<&str>,
     ) -> Result<Vec<DeadEvent>, StoreError> {
-        let statement = client.prepare_cached(LIST_DEAD).await?;
-        let rows = client
-            .query(&statement, &[&limit, &last_error_like])
-            .await?;
+        let rows = statements::query(client, &LIST_DEAD, &[&limit, &last_error_like]).await?;
         rows.iter().map(DeadEvent::from_row).collect()
     }
 
     /// The dead rows among `ids`.
     pub async fn get_dead(
-        client: &impl GenericClient,
+        client: &impl Connection,
         ids: &[Uuid],
     ) -> Result<Vec<DeadEvent>, StoreError> {
-        let statement = client.prepare_cached(GET_DEAD_MANY).await?;
-        let rows = client.query(&statement, &[&ids]).await?;
+        let rows = statements::query(client, &GET_DEAD_MANY, &[&ids]).await?;
         rows.iter().map(DeadEvent::from_row).collect()
     }
 
     /// Moves the dead rows among `ids` to `outbox_discarded` with `by` as who did it;
     /// returns the ids it discarded.
     pub async fn discard_dead(
-        client: &impl GenericClient,
+        client: &impl Connection,
         ids: &[Uuid],
         by: &str,
     ) -> Result<Vec<Uuid>, StoreError> {
-        let statement = client.prepare_cached(DISCARD_DEAD_MANY).await?;
-        let rows = client.query(&statement, &[&ids, &by]).await?;
+        let rows = statements::query(client, &DISCARD_DEAD_MANY, &[&ids, &by]).await?;
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
     /// Makes the dead rows among `ids` pending again with a fresh budget; returns the
     /// ids it requeued.
     pub async fn requeue_dead(
-        client: &impl GenericClient,
+        client: &impl Connection,
         ids: &[Uuid],
     ) -> Result<Vec<Uuid>, StoreError> {
-        let statement = client.prepare_cached(REQUEUE_DEAD_MANY).await?;
-        let rows = client.query(&statement, &[&ids]).await?;
+        let rows = statements::query(client, &REQUEUE_DEAD_MANY, &[&ids]).await?;
         rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 
-    pub async fn stats(client: &impl GenericClient) -> Result<OutboxStats, StoreError> {
-        let statement = client.prepare_cached(STATS).await?;
-        let row = client.query_one(&statement, &[]).await?;
+    pub async fn stats(client: &impl Connection) -> Result<OutboxStats, StoreError> {
+        let row = statements::query_one(client, &STATS, &[]).await?;
         Ok(OutboxStats {
             pending: row.try_get("pending")?,
             oldest_pending_age_seconds: row.try_get("oldest_pending_age_seconds")?,

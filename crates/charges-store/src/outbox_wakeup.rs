@@ -2,20 +2,26 @@
 //! The outbox's insert trigger notifies only while it does (migration V9 says why a
 //! busy relay must not be notified); the relays ask and withdraw here.
 
-use deadpool_postgres::GenericClient;
+use tokio_postgres::types::Type;
 
 use crate::StoreError;
+use crate::statements::{self, Connection, Sql};
 
 /// `OutboxWakeupEnsure`: the row, again after a crash emptied the unlogged table.
 const ENSURE: &str = "INSERT INTO outbox_wakeup DEFAULT VALUES ON CONFLICT (singleton) DO NOTHING";
 
 /// `OutboxWakeupSet`: writes only a change, so that a relay repeating itself takes no
 /// row lock.
-const SET: &str = "
-UPDATE outbox_wakeup SET requested = $1 WHERE requested IS DISTINCT FROM $1";
+const SET: Sql = Sql::new(
+    "UPDATE outbox_wakeup SET requested = $1 WHERE requested IS DISTINCT FROM $1",
+    &[Type::BOOL],
+);
 
 /// `OutboxWakeupGet`
-const GET: &str = "SELECT coalesce(bool_or(requested), false) AS requested FROM outbox_wakeup";
+const GET: Sql = Sql::new(
+    "SELECT coalesce(bool_or(requested), false) AS requested FROM outbox_wakeup",
+    &[],
+);
 
 pub struct OutboxWakeupStore;
 
@@ -28,16 +34,15 @@ impl OutboxWakeupStore {
 
     /// `true`: inserts notify from now on; `false`: they stop notifying.
     pub async fn set_requested(
-        client: &impl GenericClient,
+        client: &impl Connection,
         requested: bool,
     ) -> Result<(), StoreError> {
-        let statement = client.prepare_cached(SET).await?;
-        client.execute(&statement, &[&requested]).await?;
+        statements::execute(client, &SET, &[&requested]).await?;
         Ok(())
     }
 
-    pub async fn requested(client: &impl GenericClient) -> Result<bool, StoreError> {
-        let row = client.query_one(GET, &[]).await?;
+    pub async fn requested(client: &impl Connection) -> Result<bool, StoreError> {
+        let row = statements::query_one(client, &GET, &[]).await?;
         Ok(row.try_get("requested")?)
     }
 }
