@@ -233,7 +233,7 @@ const COUNT_STARTED_OLDER_THAN: &str = "
 SELECT count(*) AS started FROM idempotency_keys
  WHERE status = 'STARTED' AND created_at < now() - $1::bigint * interval '1 millisecond'";
 
-/// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
+/// `IdempotencyKeyPurgeExpired` (the `purge_expired_keys` job): a small batch of expired `COMPLETED` rows, oldest
 /// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
 /// matched, whatever their age: they are alerted on and inspected by hand. A row a
 /// request is overwriting right now is locked by it and skipped.
@@ -243,7 +243,7 @@ SELECT count(*) AS started FROM idempotency_keys
 /// planner may hash-join the batch against every expired row: `make soak` caught that
 /// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
 /// table grew without bound.
-pub const DELETE_EXPIRED: &str = "
+pub const PURGE_EXPIRED: &str = "
 DELETE FROM idempotency_keys
  WHERE ctid = ANY (ARRAY(
         SELECT ctid FROM idempotency_keys
@@ -383,11 +383,8 @@ impl IdempotencyStore {
     }
 
     /// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
-    pub async fn delete_expired(
-        client: &impl GenericClient,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        let statement = client.prepare_cached(DELETE_EXPIRED).await?;
+    pub async fn purge_expired(client: &impl GenericClient, limit: i64) -> Result<u64, StoreError> {
+        let statement = client.prepare_cached(PURGE_EXPIRED).await?;
         Ok(client.execute(&statement, &[&limit]).await?)
     }
 
