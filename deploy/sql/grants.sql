@@ -54,7 +54,7 @@ GRANT SELECT, DELETE ON outbox TO charges_relay;
 GRANT UPDATE (published_at, next_attempt_at, attempts, rejections, last_error, dead_at)
    ON outbox TO charges_relay;
 
--- IdempotencyKeyDeleteExpired (`purge` and the periodic retention) and
+-- IdempotencyKeyPurgeExpired (`purge` and the periodic retention) and
 -- IdempotencyKeyCountStartedOlderThan (reconciliation). The purge's sub-select locks
 -- rows FOR UPDATE SKIP LOCKED, which needs UPDATE on one column: expires_at, which
 -- gives no power DELETE does not already give.

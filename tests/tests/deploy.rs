@@ -2,8 +2,8 @@
 //! names exists, every manifest is a Kubernetes object, and the probes point at the
 //! ports and paths the binaries serve; the manifests validate against the Kubernetes
 //! schemas (kubernetes-validate); every flag and environment variable that the
-//! manifests, deploy/docker-compose.yml and the README's configuration tables name is in
-//! the binary's `--help`. (What can be checked without running them; containers.rs and
+//! manifests and deploy/docker-compose.yml name is in the binary's `--help` (the
+//! documents' configuration tables: configuration.rs). (What can be checked without running them; containers.rs and
 //! `make compose-demo` run them.)
 
 use std::collections::BTreeSet;
@@ -180,18 +180,6 @@ impl Help {
             }
         }
         Help { text, flags, envs }
-    }
-
-    /// The help of `binary` and every subcommand in `subcommands`, merged.
-    fn merged(binary: &str, subcommands: &[&[&str]]) -> Help {
-        let mut merged = Help::of(binary, &[]);
-        for args in subcommands {
-            let help = Help::of(binary, args);
-            merged.text.push_str(&help.text);
-            merged.flags.extend(help.flags);
-            merged.envs.extend(help.envs);
-        }
-        merged
     }
 
     /// Whether the binary reads `name` from its environment: a clap `env` of a flag,
@@ -375,129 +363,6 @@ fn docker_compose_services_and_settings_match_the_binaries() {
         compose["services"]["migrate"]["command"],
         serde_json::json!(["migrate"])
     );
-}
-
-/// The cells of column `column` (0 for the first) of the markdown table(s) under the
-/// heading that starts with `heading` in the document `doc`, up to the next heading of
-/// the same or a higher level.
-fn readme_table_column<'a>(doc: &'a str, heading: &str, column: usize) -> Vec<&'a str> {
-    let level = heading.chars().take_while(|c| *c == '#').count();
-    let mut lines = doc.lines().skip_while(|l| !l.starts_with(heading));
-    assert!(lines.next().is_some(), "no heading {heading:?}");
-    let mut cells = Vec::new();
-    for line in lines {
-        let hashes = line.chars().take_while(|c| *c == '#').count();
-        if hashes > 0 && hashes <= level && line[hashes..].starts_with(' ') {
-            break;
-        }
-        if let Some(cell) = line
-            .strip_prefix('|')
-            .and_then(|l| l.split('|').nth(column))
-        {
-            cells.push(cell);
-        }
-    }
-    cells
-}
-
-/// The `--flag`s in the first column of those tables.
-fn readme_table_flags(doc: &str, heading: &str) -> Vec<String> {
-    readme_table_column(doc, heading, 0)
-        .into_iter()
-        .flat_map(flags_in_text)
-        .collect()
-}
-
-/// Every `--flag` in a piece of markdown text (words split at back quotes, slashes,
-/// commas and white space; `--flag=value` and `--flag <value>` both give `--flag`).
-fn flags_in_text(text: &str) -> Vec<String> {
-    text.split(|c: char| c == '`' || c == '/' || c == ',' || c.is_whitespace())
-        .filter_map(|word| word.strip_prefix("--"))
-        .filter(|flag| flag.starts_with(|c: char| c.is_ascii_alphabetic()))
-        .map(|flag| {
-            let name: String = flag
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            format!("--{name}")
-        })
-        .collect()
-}
-
-/// The environment variable names in the second column of the same tables: every word
-/// of a cell written like one (`DATABASE_URL`), so a cell with a remark is checked too.
-fn readme_table_envs(doc: &str, heading: &str) -> Vec<String> {
-    readme_table_column(doc, heading, 1)
-        .into_iter()
-        .flat_map(|cell| cell.split(|c: char| c == '`' || c == ',' || c.is_whitespace()))
-        .filter(|word| {
-            word.len() > 1
-                && word.starts_with(|c: char| c.is_ascii_uppercase())
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-        })
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The configuration tables in docs/ cannot drift from the binaries: every `--flag`
-/// and every environment variable they list is in that binary's `--help`.
-#[test]
-fn readme_configuration_tables_match_the_binaries_help() {
-    let relay_subcommands: &[&[&str]] = &[
-        &["dead"],
-        &["dead", "list"],
-        &["dead", "requeue"],
-        &["dead", "show"],
-        &["dead", "discard"],
-        &["purge"],
-    ];
-    for (file, heading, help, at_least) in [
-        (
-            "docs/operations.md",
-            "### `charges-api`",
-            Help::merged("charges-api", &[&["serve"], &["migrate"]]),
-            19,
-        ),
-        (
-            "docs/operations.md",
-            "### `charges-relay`",
-            Help::merged("charges-relay", relay_subcommands),
-            25,
-        ),
-        (
-            "docs/consumers.md",
-            "### Configuration (`charges-consumer`)",
-            Help::merged(
-                "charges-consumer",
-                &[&["tail"], &["parked", "list"], &["parked", "replay"]],
-            ),
-            12,
-        ),
-    ] {
-        let doc = std::fs::read_to_string(repo().join(file))
-            .unwrap_or_else(|e| panic!("read {file}: {e}"));
-        let flags = readme_table_flags(&doc, heading);
-        assert!(flags.len() >= at_least, "{file} {heading}: only {flags:?}");
-        for flag in &flags {
-            assert!(
-                help.flags.contains(flag),
-                "{file} {heading}: {flag} is not in --help"
-            );
-        }
-        let envs = readme_table_envs(&doc, heading);
-        assert!(
-            !envs.is_empty(),
-            "{file} {heading}: no environment variables"
-        );
-        for env in envs {
-            assert!(
-                help.envs.contains(&env),
-                "{file} {heading}: {env} is not in --help"
-            );
-        }
-    }
 }
 
 /// The recipe of deploy/Dockerfile (the `runtime-from-host` path is built and run by

@@ -452,7 +452,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     let topic = kafka.topic.as_str();
     let text = scrape_until(&http, &url, "three rows published and gauges set", |text| {
         sample(text, "charges_relay_published_total", &[("topic", topic)]) == 3.0
-            && sample(text, "charges_relay_outbox_pending_rows", &[]) == 0.0
+            && sample(text, "charges_outbox_pending_rows", &[]) == 0.0
             && sample(text, "charges_reconcile_charges_without_outbox", &[]) == 1.0
             && sample(
                 text,
@@ -462,10 +462,28 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     })
     .await;
     assert_eq!(
-        sample(&text, "charges_relay_outbox_dead_rows", &[]),
+        sample(&text, "charges_outbox_dead_rows", &[]),
         1.0,
         "{text}"
     );
+    // The deprecated names stay exported for one release, with the same values.
+    for (old, new) in [
+        (
+            "charges_relay_outbox_pending_rows",
+            "charges_outbox_pending_rows",
+        ),
+        ("charges_relay_outbox_dead_rows", "charges_outbox_dead_rows"),
+        (
+            "charges_relay_outbox_oldest_pending_age_seconds",
+            "charges_outbox_oldest_pending_age_seconds",
+        ),
+    ] {
+        assert!(
+            text.contains(&format!("\n{old} ")),
+            "{old} is not exported: {text}"
+        );
+        assert_eq!(sample(&text, old, &[]), sample(&text, new, &[]), "{old}");
+    }
     assert_eq!(
         sample(
             &text,
@@ -476,11 +494,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
         "{text}"
     );
     assert_eq!(
-        sample(
-            &text,
-            "charges_relay_outbox_oldest_pending_age_seconds",
-            &[]
-        ),
+        sample(&text, "charges_outbox_oldest_pending_age_seconds", &[]),
         0.0
     );
     assert_eq!(
@@ -510,7 +524,7 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
     drop(relay);
 }
 
-const OLDEST_PENDING_AGE: &str = "charges_relay_outbox_oldest_pending_age_seconds";
+const OLDEST_PENDING_AGE: &str = "charges_outbox_oldest_pending_age_seconds";
 
 /// The backlog alert's input: while the broker is down the oldest pending row's age
 /// keeps rising (and the row stays pending); once the broker is back the row is
@@ -533,7 +547,7 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
     let topic = kafka.topic.as_str();
     // The row is seen as pending, and at least one publish attempt has failed.
     let text = scrape_until(&http, &url, "a pending row with some age", |text| {
-        sample(text, "charges_relay_outbox_pending_rows", &[]) == 1.0
+        sample(text, "charges_outbox_pending_rows", &[]) == 1.0
             && sample(text, OLDEST_PENDING_AGE, &[]) > 0.0
             && sample(
                 text,
@@ -549,7 +563,7 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
     })
     .await;
     assert_eq!(
-        sample(&text, "charges_relay_outbox_pending_rows", &[]),
+        sample(&text, "charges_outbox_pending_rows", &[]),
         1.0,
         "{text}"
     );
@@ -571,13 +585,13 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
         "the backlog drained after the broker returned",
         |text| {
             sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
-                && sample(text, "charges_relay_outbox_pending_rows", &[]) == 0.0
+                && sample(text, "charges_outbox_pending_rows", &[]) == 0.0
                 && sample(text, OLDEST_PENDING_AGE, &[]) == 0.0
         },
     )
     .await;
     assert_eq!(
-        sample(&text, "charges_relay_outbox_dead_rows", &[]),
+        sample(&text, "charges_outbox_dead_rows", &[]),
         0.0,
         "{text}"
     );
@@ -784,7 +798,7 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
         |text| {
             sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
                 && job_succeeded(text, "reconcile")
-                && text.contains("charges_relay_outbox_oldest_pending_age_seconds ")
+                && text.contains("charges_outbox_oldest_pending_age_seconds ")
         },
     )
     .await;

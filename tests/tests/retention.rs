@@ -74,7 +74,7 @@ async fn purging_expired_keys_reads_one_batch_not_the_backlog() {
         .unwrap();
     let (deleted, read, plan) = explain_delete(
         &db,
-        charges_store::idempotency_keys::DELETE_EXPIRED.text,
+        charges_store::idempotency_keys::PURGE_EXPIRED.text,
         &[&BATCH],
         "idempotency_keys",
     )

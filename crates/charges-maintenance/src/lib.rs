@@ -1,12 +1,18 @@
 //! Background upkeep of the charges database: every job that runs on a timer rather
 //! than because a request or an event arrived. One file per job, one runner for all.
+//! A job has one name: its file, its type, its `task` label and log field, and the
+//! store statement it runs (`IdempotencyKeyPurgeExpired` for `purge_expired_keys`).
+//! Its settings are a clap group in its file, gathered by [`MaintenanceArgs`]; the
+//! flag and environment names are the relay's, which runs the jobs.
 //!
-//! | job | file | what it does |
-//! |---|---|---|
-//! | `purge_expired_keys` | [`key_purger`] | deletes `COMPLETED` idempotency keys past `expires_at` (this is where keys expire) |
-//! | `delete_published_outbox` | [`outbox_cleaner`] | deletes outbox rows published longer ago than the retention |
-//! | `reconcile` | [`reconciler`] | counts broken invariants (charges without their event, committed `STARTED` keys), once per interval for all replicas |
-//! | `outbox_stats` | [`outbox_stats`] | refreshes the backlog gauges (pending, oldest pending age, dead) |
+//! This table is the one list of the jobs (docs/design.md links here):
+//!
+//! | job (`task`) | settings | what it does | single flight |
+//! |---|---|---|---|
+//! | [`purge_expired_keys`] | `--cleanup-interval` | deletes `COMPLETED` idempotency keys past `expires_at`, [`DELETE_BATCH`] per transaction (this is where keys expire); also `charges-relay purge`, once | yes |
+//! | [`delete_published_outbox`] | `--cleanup-interval`, `--published-retention` | deletes outbox rows published longer ago than the retention, [`DELETE_BATCH`] per transaction | yes |
+//! | [`reconcile`] | `--reconcile-interval`, `--stale-started-after` | counts broken invariants (charges without their event, committed `STARTED` keys) | its own: one replica counts per interval and records the result, every replica exports the latest |
+//! | [`outbox_stats`] | `--stats-interval` | refreshes the backlog gauges (pending, oldest pending age, dead) | no: every replica exports its own |
 //!
 //! # The runner
 //!
@@ -19,7 +25,7 @@
 //!   `pg_try_advisory_xact_lock(key)` in each step's transaction; when another process
 //!   holds it, the run is skipped, so N replicas never do the same deletes side by
 //!   side. Read-only jobs have no key: every replica exports its own gauges
-//!   (`reconcile` shares one count between replicas itself, see [`reconciler`]).
+//!   (`reconcile` shares one count between replicas itself, see [`reconcile`]).
 //! - **Metrics**, by `task` (the job name): runs by outcome (`ok`, `skipped`, `failed`), rows affected,
 //!   duration, and the time of the last successful run (the alert for a stalled job).
 //! - **Failure policy.** A failed run is logged and counted, and the job runs again at
@@ -34,18 +40,20 @@
 //! advisory locks make one replica do each delete. A separate Deployment would add a
 //! process to operate and nothing to the guarantees.
 
-mod key_purger;
+pub mod delete_published_outbox;
 pub mod metrics;
-mod outbox_cleaner;
-mod outbox_stats;
-mod reconciler;
+pub mod outbox_stats;
+pub mod purge_expired_keys;
+pub mod reconcile;
 mod runner;
+mod settings;
 
-pub use key_purger::{ExpiredKeyPurger, PURGE_EXPIRED_KEYS};
-pub use outbox_cleaner::{DELETE_PUBLISHED_OUTBOX, PublishedOutboxCleaner};
-pub use outbox_stats::{OUTBOX_STATS, OutboxStatsRefresher};
-pub use reconciler::{RECONCILE, ReconcileSettings, Reconciler};
+pub use delete_published_outbox::{DeletePublishedOutbox, DeletePublishedOutboxArgs};
+pub use outbox_stats::{OutboxStats, OutboxStatsArgs};
+pub use purge_expired_keys::PurgeExpiredKeys;
+pub use reconcile::{Reconcile, ReconcileArgs};
 pub use runner::{Job, JobFailed, JobRunner, RunOutcome, Step, run_once};
+pub use settings::MaintenanceArgs;
 
 /// Rows per DELETE statement (and per transaction) of the retention jobs: short locks,
 /// small WAL bursts.

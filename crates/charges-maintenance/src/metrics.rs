@@ -1,5 +1,7 @@
 //! Every metric the maintenance jobs export. Labels hold job names only, under `task`:
 //! Prometheus already gives every scraped series a `job` label (the scrape job).
+//! Names say what they measure, not which process exports them: the outbox gauges are
+//! `charges_outbox_*`, whoever runs `outbox_stats`.
 
 use std::time::Duration;
 
@@ -18,11 +20,23 @@ pub const DURATION: &str = "charges_maintenance_duration_seconds";
 pub const LAST_SUCCESS: &str = "charges_maintenance_last_success_timestamp_seconds";
 
 /// Gauge: outbox rows neither published nor dead (including rows waiting for a retry).
-pub const OUTBOX_PENDING: &str = "charges_relay_outbox_pending_rows";
+pub const OUTBOX_PENDING: &str = "charges_outbox_pending_rows";
 /// Gauge: age of the oldest pending outbox row; 0 when none is pending.
-pub const OUTBOX_OLDEST_PENDING_AGE: &str = "charges_relay_outbox_oldest_pending_age_seconds";
+pub const OUTBOX_OLDEST_PENDING_AGE: &str = "charges_outbox_oldest_pending_age_seconds";
 /// Gauge: dead outbox rows (waiting for `charges-relay dead requeue`).
-pub const OUTBOX_DEAD: &str = "charges_relay_outbox_dead_rows";
+pub const OUTBOX_DEAD: &str = "charges_outbox_dead_rows";
+
+/// The outbox gauges' names before they said what they measure, each with its new
+/// name: deprecated, exported with the same values for one more release so that
+/// dashboards and alerts can move (docs/operations.md, "Metrics"), then removed.
+pub const DEPRECATED_OUTBOX_GAUGES: [(&str, &str); 3] = [
+    ("charges_relay_outbox_pending_rows", OUTBOX_PENDING),
+    (
+        "charges_relay_outbox_oldest_pending_age_seconds",
+        OUTBOX_OLDEST_PENDING_AGE,
+    ),
+    ("charges_relay_outbox_dead_rows", OUTBOX_DEAD),
+];
 /// Gauge: charges without their `ChargeCreated` outbox row. Must be 0.
 pub const CHARGES_WITHOUT_OUTBOX: &str = "charges_reconcile_charges_without_outbox";
 /// Gauge: committed `STARTED` idempotency keys older than the threshold. Must be 0.
@@ -60,6 +74,9 @@ pub fn describe() {
         "Age of the oldest pending outbox row"
     );
     metrics::describe_gauge!(OUTBOX_DEAD, "Dead outbox rows");
+    for (old, new) in DEPRECATED_OUTBOX_GAUGES {
+        metrics::describe_gauge!(old, format!("Deprecated: use {new}"));
+    }
     metrics::describe_gauge!(
         CHARGES_WITHOUT_OUTBOX,
         "Charges without a ChargeCreated outbox row (must be 0)"
@@ -96,9 +113,15 @@ pub(crate) fn run_finished(
 }
 
 pub(crate) fn outbox_stats(stats: &OutboxStats) {
-    metrics::gauge!(OUTBOX_PENDING).set(stats.pending as f64);
-    metrics::gauge!(OUTBOX_OLDEST_PENDING_AGE).set(stats.oldest_pending_age_seconds);
-    metrics::gauge!(OUTBOX_DEAD).set(stats.dead as f64);
+    let values = [
+        stats.pending as f64,
+        stats.oldest_pending_age_seconds,
+        stats.dead as f64,
+    ];
+    for ((old, new), value) in DEPRECATED_OUTBOX_GAUGES.into_iter().zip(values) {
+        metrics::gauge!(new).set(value);
+        metrics::gauge!(old).set(value);
+    }
 }
 
 pub(crate) fn reconciled(counts: &charges_store::ReconciliationCounts) {

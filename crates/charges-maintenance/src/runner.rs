@@ -24,8 +24,9 @@ pub enum Step {
 
 /// A periodic maintenance job.
 pub trait Job: Send + Sync + 'static {
-    /// The `job` label and log field; `snake_case`.
-    fn name(&self) -> &'static str;
+    /// Its one name: the `task` metric label and log field, its file and (in
+    /// `CamelCase`) its type; `snake_case`.
+    const NAME: &'static str;
 
     /// How often it runs.
     fn interval(&self) -> Duration;
@@ -51,20 +52,20 @@ pub enum RunOutcome {
 /// Runs `job` once, step after step, until it is done, another process holds its
 /// lock, or `shutdown` is set (between steps: a step is never cut short). For one-shot
 /// commands and for the runner's timer alike; records the job's metrics.
-pub async fn run_once(
+pub async fn run_once<J: Job>(
     pool: &Pool,
-    job: &impl Job,
+    job: &J,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<RunOutcome, StoreError> {
     let started = Instant::now();
     let result = steps(pool, job, shutdown).await;
-    metrics::run_finished(job.name(), &result, started.elapsed());
+    metrics::run_finished(J::NAME, &result, started.elapsed());
     result
 }
 
-async fn steps(
+async fn steps<J: Job>(
     pool: &Pool,
-    job: &impl Job,
+    job: &J,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<RunOutcome, StoreError> {
     let mut rows = 0;
@@ -74,7 +75,7 @@ async fn steps(
         if let Some(key) = job.lock_key()
             && !try_lock(&tx, key).await?
         {
-            tracing::debug!(job = job.name(), "another process is running this job");
+            tracing::debug!(task = J::NAME, "another process is running this job");
             return Ok(if rows == 0 {
                 RunOutcome::Skipped
             } else {
@@ -107,9 +108,9 @@ async fn try_lock(tx: &Transaction<'_>, key: i64) -> Result<bool, StoreError> {
 
 /// A job's task ended, which only a bug can make it do.
 #[derive(Debug, thiserror::Error)]
-#[error("maintenance job {job} stopped: {reason}")]
+#[error("maintenance job {task} stopped: {reason}")]
 pub struct JobFailed {
-    pub job: &'static str,
+    pub task: &'static str,
     pub reason: String,
 }
 
@@ -135,8 +136,8 @@ impl JobRunner {
     }
 
     /// Starts `job`: a run now, then one every interval.
-    pub fn spawn(&mut self, job: impl Job) {
-        let name = job.name();
+    pub fn spawn<J: Job>(&mut self, job: J) {
+        let name = J::NAME;
         let pool = self.pool.clone();
         let health = self.health.clone();
         let shutdown = self.shutdown.clone();
@@ -160,12 +161,12 @@ impl JobRunner {
                 Ok((id, ())) => (id, "its task returned".to_owned()),
                 Err(e) => (e.id(), e.to_string()),
             };
-            let job = self
+            let task = self
                 .names
                 .iter()
-                .find(|(task, _)| *task == id)
+                .find(|(spawned, _)| *spawned == id)
                 .map_or("unknown", |(_, name)| name);
-            return JobFailed { job, reason };
+            return JobFailed { task, reason };
         }
     }
 
@@ -175,9 +176,9 @@ impl JobRunner {
     }
 }
 
-async fn every_interval(
+async fn every_interval<J: Job>(
     pool: Pool,
-    job: impl Job,
+    job: J,
     health: Arc<Health>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -195,20 +196,20 @@ async fn every_interval(
         match run_once(&pool, &job, &shutdown).await {
             Ok(outcome) => {
                 failures = 0;
-                health.ok(job.name());
+                health.ok(J::NAME);
                 if let RunOutcome::Ran { rows } = outcome
                     && rows > 0
                 {
-                    tracing::info!(job = job.name(), rows, "maintenance job done");
+                    tracing::info!(task = J::NAME, rows, "maintenance job done");
                 }
             }
             Err(e) => {
                 failures += 1;
                 let error = charges_runtime::error_chain(&e);
-                tracing::warn!(job = job.name(), %error, retry_in = ?job.interval(), "maintenance job failed");
+                tracing::warn!(task = J::NAME, %error, retry_in = ?job.interval(), "maintenance job failed");
                 // An unreachable database already makes /readyz fail on its own.
                 if !e.is_unavailable() {
-                    health.failed(job.name(), failures, error);
+                    health.failed(J::NAME, failures, error);
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use charges_maintenance::{ExpiredKeyPurger, RunOutcome};
+use charges_maintenance::{PurgeExpiredKeys, RunOutcome};
 use charges_runtime::DatabaseArgs;
 use charges_store::{DeadEvent, GenericClient, OutboxStore, Pool};
 use tokio::sync::watch;
@@ -34,7 +34,7 @@ pub async fn purge(database: &DatabaseArgs) -> Result<(), RelayError> {
     let pool = connect(database, "charges-relay-purge").await?;
     // A one-shot command is not interrupted midway: it ends by itself, batch by batch.
     let (_never, shutdown) = watch::channel(false);
-    let job = ExpiredKeyPurger {
+    let job = PurgeExpiredKeys {
         interval: std::time::Duration::MAX,
     };
     let deleted = match charges_maintenance::run_once(&pool, &job, &shutdown).await? {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use charges_runtime::cli::{KafkaConfigArgs, duration_at_least, duration_within};
+use charges_maintenance::MaintenanceArgs;
+use charges_runtime::cli::{KafkaConfigArgs, duration_within};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
@@ -34,9 +35,9 @@ pub struct Cli {
 pub enum Command {
     /// Inspect and requeue dead rows (rows that failed --max-attempts times).
     Dead(DeadArgs),
-    /// Delete expired COMPLETED idempotency keys now, in small batches, and exit (for
-    /// cron; the relay also does it every --cleanup-interval). STARTED keys are never
-    /// deleted.
+    /// Delete expired COMPLETED idempotency keys now, in small batches, and exit: the
+    /// purge_expired_keys job once (for cron; the relay runs it every
+    /// --cleanup-interval). STARTED keys are never deleted.
     Purge,
 }
 
@@ -158,36 +159,15 @@ pub struct RunArgs {
     #[arg(long, env = "RELAY_BROKER_PROBE_MAX", default_value = "30s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]
     pub broker_probe_max: Duration,
 
-    /// Published rows older than this are deleted (in small batches, by one relay at
-    /// a time). Pending and dead rows are never deleted.
-    #[arg(long, env = "RELAY_PUBLISHED_RETENTION", default_value = "7d", value_parser = duration_at_least(Duration::from_secs(1)))]
-    pub published_retention: Duration,
-
-    /// How often the retention cleanup runs (also once at start-up): published outbox
-    /// rows past --published-retention and expired COMPLETED idempotency keys.
-    #[arg(long, env = "RELAY_CLEANUP_INTERVAL", default_value = "1m", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(86400)))]
-    pub cleanup_interval: Duration,
+    // The maintenance jobs' settings: each job defines its own flags, with their
+    // defaults and ranges, in its file.
+    #[command(flatten)]
+    pub maintenance: MaintenanceArgs,
 
     /// Address of the operations HTTP server: GET /metrics (Prometheus), /healthz,
     /// /readyz. Port 0 picks a free port (logged as `metrics_addr`).
     #[arg(long, env = "RELAY_METRICS_LISTEN", default_value = "127.0.0.1:9091")]
     pub metrics_listen: std::net::SocketAddr,
-
-    /// How often the outbox backlog gauges (pending, oldest pending age, dead) are
-    /// refreshed from the database.
-    #[arg(long, env = "RELAY_STATS_INTERVAL", default_value = "10s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(3600)))]
-    pub stats_interval: Duration,
-
-    /// How often reconciliation runs (charges without an outbox row, committed
-    /// STARTED idempotency keys); it scans the charges of the last
-    /// --published-retention.
-    #[arg(long, env = "RELAY_RECONCILE_INTERVAL", default_value = "5m", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(86400)))]
-    pub reconcile_interval: Duration,
-
-    /// A committed STARTED idempotency key older than this is reported by
-    /// reconciliation (the one-transaction design never commits one).
-    #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = duration_at_least(Duration::from_secs(1)))]
-    pub stale_started_after: Duration,
 
     /// librdkafka producer settings, applied after the relay's own (bootstrap.servers,
     /// enable.idempotence=true, acks=all, linger.ms=0, message.timeout.ms), so they can

@@ -20,10 +20,7 @@ pub mod wakeup;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charges_maintenance::{
-    ExpiredKeyPurger, JobRunner, OutboxStatsRefresher, PublishedOutboxCleaner, ReconcileSettings,
-    Reconciler,
-};
+use charges_maintenance::JobRunner;
 use charges_runtime::ops::OpsServer;
 use charges_runtime::readiness::Health;
 use charges_store::{Pool, PoolSettings};
@@ -330,26 +327,7 @@ fn start_jobs(
     shutdown: watch::Receiver<bool>,
 ) -> JobRunner {
     let mut jobs = JobRunner::new(pool.clone(), health, shutdown);
-    jobs.spawn(PublishedOutboxCleaner {
-        interval: args.cleanup_interval,
-        retention: args.published_retention,
-    });
-    jobs.spawn(ExpiredKeyPurger {
-        interval: args.cleanup_interval,
-    });
-    jobs.spawn(OutboxStatsRefresher {
-        interval: args.stats_interval,
-    });
-    jobs.spawn(Reconciler {
-        settings: ReconcileSettings {
-            interval: args.reconcile_interval,
-            outbox_window: args.published_retention,
-            stale_started_after: args.stale_started_after,
-            // A count may take its whole interval, never less than a batch may.
-            count_timeout: args
-                .reconcile_interval
-                .max(args.relay_settings().transaction_timeout()),
-        },
-    });
+    args.maintenance
+        .spawn_all(&mut jobs, args.relay_settings().transaction_timeout());
     jobs
 }

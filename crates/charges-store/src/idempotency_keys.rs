@@ -249,7 +249,7 @@ SELECT count(*) AS started FROM idempotency_keys
     &[Type::INT8],
 );
 
-/// `IdempotencyKeyDeleteExpired`: a small batch of expired `COMPLETED` rows, oldest
+/// `IdempotencyKeyPurgeExpired` (the `purge_expired_keys` job): a small batch of expired `COMPLETED` rows, oldest
 /// expiry first (matches `idempotency_keys_expires_idx`). `STARTED` rows are never
 /// matched, whatever their age: they are alerted on and inspected by hand. A row a
 /// request is overwriting right now is locked by it and skipped.
@@ -259,7 +259,7 @@ SELECT count(*) AS started FROM idempotency_keys
 /// planner may hash-join the batch against every expired row: `make soak` caught that
 /// plan scanning 255 000 rows per batch of 1 000 until the statement timed out and the
 /// table grew without bound.
-pub const DELETE_EXPIRED: Sql = Sql::new(
+pub const PURGE_EXPIRED: Sql = Sql::new(
     "
 DELETE FROM idempotency_keys
  WHERE ctid = ANY (ARRAY(
@@ -402,8 +402,8 @@ impl IdempotencyStore {
     }
 
     /// Deletes up to `limit` expired `COMPLETED` keys; returns how many.
-    pub async fn delete_expired(client: &impl Connection, limit: i64) -> Result<u64, StoreError> {
-        statements::execute(client, &DELETE_EXPIRED, &[&limit]).await
+    pub async fn purge_expired(client: &impl Connection, limit: i64) -> Result<u64, StoreError> {
+        statements::execute(client, &PURGE_EXPIRED, &[&limit]).await
     }
 
     async fn reserve(

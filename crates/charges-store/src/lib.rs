@@ -9,7 +9,7 @@
 //!   holds no SQL of its own: it runs the relay's `outbox` statements pipelined with
 //!   `BEGIN` and `COMMIT`.
 //! - **Statements are constants** at the top of their module, each documented with a
-//!   `TableVerb[Many]` name (`OutboxClaimPending`, `IdempotencyKeyDeleteExpired`), and
+//!   `TableVerb[Many]` name (`OutboxClaimPending`, `IdempotencyKeyPurgeExpired`), and
 //!   shaped for production only: `make bench` reads the same constants and follows
 //!   them, never the reverse.
 //! - **One store type per table** (`OutboxStore`, `ChargeStore`, …) with one `impl`

@@ -123,10 +123,10 @@ WHERE o.id = f.id
     ],
 );
 
-/// `OutboxDeletePublished`: a small batch of published rows older than `$1` seconds,
+/// `OutboxDeletePublished` (the `delete_published_outbox` job): a small batch of published rows older than `$1` seconds,
 /// and how far retention has now deleted (`outbox_retention_horizon`, which
 /// reconciliation reads). Pending and dead rows have `published_at IS NULL` and are
-/// never matched. By `ctid`, like `IdempotencyKeyDeleteExpired`: exactly the locked
+/// never matched. By `ctid`, like `IdempotencyKeyPurgeExpired`: exactly the locked
 /// batch, whatever the planner thinks of the table's size.
 pub const DELETE_PUBLISHED: Sql = Sql::new(
     "
@@ -212,7 +212,7 @@ RETURNING id",
     &[Type::UUID_ARRAY],
 );
 
-/// `OutboxStats`: what the relay exports as gauges. Each part matches a partial
+/// `OutboxStats` (the `outbox_stats` job): what the relay exports as gauges. Each part matches a partial
 /// index (`outbox_pending_idx`, `outbox_dead_idx`), so it stays cheap however many
 /// published rows the table holds. Rows waiting for a retry count as pending.
 const STATS: Sql = Sql::new(

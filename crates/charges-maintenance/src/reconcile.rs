@@ -1,4 +1,4 @@
-//! The invariants the one-transaction design promises, counted: charges without their
+//! `reconcile`: the invariants the one-transaction design promises, counted: charges without their
 //! `ChargeCreated` outbox row, and committed `STARTED` idempotency keys. Both must be
 //! 0; the gauges are alerted on.
 //!
@@ -9,16 +9,30 @@
 
 use std::time::Duration;
 
+use charges_runtime::cli::{duration_at_least, duration_within};
 use charges_store::{
     ChargeStore, IdempotencyStore, ReconciliationResultStore, StoreError, Transaction,
 };
 
 use crate::{Job, Step, metrics};
 
-pub const RECONCILE: &str = "reconcile";
+/// Its settings (the `RELAY_` prefix: see [`crate::DeletePublishedOutboxArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReconcileArgs {
+    /// How often reconciliation runs (charges without an outbox row, committed
+    /// STARTED idempotency keys); it scans the charges of the last
+    /// --published-retention.
+    #[arg(long, env = "RELAY_RECONCILE_INTERVAL", default_value = "5m", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(86400)))]
+    pub reconcile_interval: Duration,
+
+    /// A committed STARTED idempotency key older than this is reported by
+    /// reconciliation (the one-transaction design never commits one).
+    #[arg(long, env = "RELAY_STALE_STARTED_AFTER", default_value = "5m", value_parser = duration_at_least(Duration::from_secs(1)))]
+    pub stale_started_after: Duration,
+}
 
 #[derive(Debug, Clone, Copy)]
-pub struct ReconcileSettings {
+pub struct Reconcile {
     pub interval: Duration,
     /// Charges created within this window are checked for their outbox row: the
     /// published-row retention, beyond which outbox rows are legitimately gone.
@@ -31,17 +45,11 @@ pub struct ReconcileSettings {
     pub count_timeout: Duration,
 }
 
-pub struct Reconciler {
-    pub settings: ReconcileSettings,
-}
-
-impl Job for Reconciler {
-    fn name(&self) -> &'static str {
-        RECONCILE
-    }
+impl Job for Reconcile {
+    const NAME: &'static str = "reconcile";
 
     fn interval(&self) -> Duration {
-        self.settings.interval
+        self.interval
     }
 
     fn lock_key(&self) -> Option<i64> {
@@ -57,12 +65,10 @@ impl Job for Reconciler {
             }
             return Ok(Step::Done(0));
         }
-        ReconciliationResultStore::bound_count(tx, self.settings.count_timeout).await?;
-        let without_outbox =
-            ChargeStore::count_without_outbox(tx, self.settings.outbox_window).await?;
+        ReconciliationResultStore::bound_count(tx, self.count_timeout).await?;
+        let without_outbox = ChargeStore::count_without_outbox(tx, self.outbox_window).await?;
         let stale_started =
-            IdempotencyStore::count_started_older_than(tx, self.settings.stale_started_after)
-                .await?;
+            IdempotencyStore::count_started_older_than(tx, self.stale_started_after).await?;
         let counted = ReconciliationResultStore::record(tx, without_outbox, stale_started).await?;
         metrics::reconciled(&counted);
         if without_outbox > 0 || stale_started > 0 {
@@ -76,11 +82,11 @@ impl Job for Reconciler {
     }
 }
 
-impl Reconciler {
+impl Reconcile {
     /// A result this old is checked again. A little under the interval: relays tick
     /// on their own clocks, and a result a few milliseconds short of `interval` must not
     /// make every relay skip it for another whole interval.
     fn due_after(&self) -> Duration {
-        self.settings.interval.mul_f64(0.9)
+        self.interval.mul_f64(0.9)
     }
 }
