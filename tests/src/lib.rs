@@ -14,9 +14,12 @@ pub mod manifests;
 pub mod metrics;
 pub mod otlp;
 pub mod outbox;
+pub mod prometheus;
+pub mod promql;
 pub mod proxy;
 pub mod raw_http;
 pub mod schemas;
+pub mod scratch;
 pub mod tansu;
 pub mod wait;
 
