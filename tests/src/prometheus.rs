@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::json;
+
 use crate::manifests::repo;
+use crate::scratch::Scratch;
 
 /// A tool of Debian's prometheus package: `$env`, else PATH, else `make deps`' copy.
 pub fn tool(name: &str, env: &str) -> PathBuf {
@@ -51,4 +54,19 @@ pub fn run(tool: &Path, args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&output.stderr)
     );
     (output.status.success(), text)
+}
+
+/// `promtool check rules` on a rule file of one recording rule per (name, expression):
+/// whether every expression parses, and promtool's output (it names the failing rule).
+pub fn check_expressions(expressions: &[(String, String)]) -> (bool, String) {
+    let rules: Vec<_> = expressions
+        .iter()
+        .map(|(record, expr)| json!({"record": record, "expr": expr}))
+        .collect();
+    let file = json!({"groups": [{"name": "expressions", "rules": rules}]});
+    let scratch = Scratch::new("charges-promql");
+    // A JSON document is a YAML document.
+    let path = scratch.path().join("rules.yaml");
+    std::fs::write(&path, file.to_string()).expect("write the rule file");
+    run(&promtool(), &["check", "rules", &path.to_string_lossy()])
 }
