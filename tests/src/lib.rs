@@ -15,9 +15,12 @@ pub mod metrics;
 pub mod otlp;
 pub mod outbox;
 pub mod pgbouncer;
+pub mod prometheus;
+pub mod promql;
 pub mod proxy;
 pub mod raw_http;
 pub mod schemas;
+pub mod scratch;
 pub mod tansu;
 pub mod wait;
 

@@ -5,23 +5,21 @@
 //! a real Prometheus confirms by relabelling those pods; every maintenance `task` a rule
 //! names is one a real relay runs.
 //!
-//! promtool and prometheus come from `$PROMTOOL` / `$PROMETHEUS`, else PATH, else the copy
-//! of Debian's prometheus package that `make deps` unpacks into
-//! `${XDG_CACHE_HOME:-~/.cache}/charges-tools/prometheus`.
+//! promtool and prometheus: `charges_tests::prometheus`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use charges_tests::kafka::TestKafka;
+use charges_tests::manifests::repo;
 use charges_tests::metrics::scrape_until;
+use charges_tests::prometheus::{self, run};
+use charges_tests::promql::matched_values;
+use charges_tests::scratch::Scratch;
 use charges_tests::{DEADLINE, TestDb, poll_within, start_relay};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// The one YAML document in `relative` (to the repository).
 fn yaml(relative: &str) -> Value {
@@ -29,48 +27,6 @@ fn yaml(relative: &str) -> Value {
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_norway::from_str(&text).unwrap_or_else(|e| panic!("parse {relative}: {e}"))
-}
-
-/// A tool of Debian's prometheus package: `$env`, else PATH, else `make deps`' copy.
-fn prometheus_tool(name: &str, env: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    if let Some(found) = std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-    {
-        return found;
-    }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-        });
-    let cached = cache.join("charges-tools/prometheus/usr/bin").join(name);
-    assert!(
-        cached.is_file(),
-        "{name} not found (${env}, PATH, {}): run `make deps`",
-        cached.display()
-    );
-    cached
-}
-
-/// Runs `tool` with `args` in the repository; its success and its output.
-fn run(tool: &Path, args: &[&str]) -> (bool, String) {
-    let output = Command::new(tool)
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", tool.display()));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
 }
 
 /// Every rule of alerts.yaml: (alert name, expression).
@@ -88,43 +44,10 @@ fn alert_rules() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The values an expression's selectors match `label` with: `label="value"`. Any other
-/// matcher on it (`=~`, `!=`, `!~`) fails: the checks below could not follow it.
-fn matched_values(expr: &str, label: &str) -> BTreeSet<String> {
-    let mut values = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(at) = rest.find(label) {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + label.len()..];
-        if !matches!(before, Some('{' | ',' | ' ')) {
-            continue;
-        }
-        let after = rest.trim_start();
-        assert!(
-            !after.starts_with("=~") && !after.starts_with("!"),
-            "{expr}: only {label}=\"…\" matchers are checked"
-        );
-        if let Some(quoted) = after.strip_prefix("=\"") {
-            let end = quoted.find('"').expect("a closing quote");
-            values.insert(quoted[..end].to_owned());
-        }
-    }
-    values
-}
-
-#[test]
-fn the_matcher_reader_finds_equality_matchers_only_on_that_label() {
-    let found = matched_values(
-        r#"absent(up{job="a"} == 1) or x{task="t", job="b"} or y{cronjob="c"}"#,
-        "job",
-    );
-    assert_eq!(found, BTreeSet::from(["a".to_owned(), "b".to_owned()]));
-}
-
 /// `promtool test rules deploy/prometheus/alerts.test.yaml` passes.
 #[test]
 fn promtool_unit_tests_of_the_alert_rules_pass() {
-    let promtool = prometheus_tool("promtool", "PROMTOOL");
+    let promtool = prometheus::promtool();
     let (ok, output) = run(
         &promtool,
         &["test", "rules", "deploy/prometheus/alerts.test.yaml"],
@@ -492,23 +415,6 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A temporary folder removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!("charges-alerts-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("a temporary folder");
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A real Prometheus runs scrape-config.yaml (with alerts.yaml as its rules) against the
 /// pods of deploy/k8s, each once with an IPv4 and once with an IPv6 address, plus a pod
 /// of another application: the API and relay pods become targets at their annotated
@@ -518,10 +424,10 @@ impl Drop for Scratch {
 /// configuration as shipped wherever promtool knows `kubernetes_sd_configs`.)
 #[tokio::test]
 async fn prometheus_relabels_the_deployments_pods_to_the_jobs_the_alerts_match() {
-    let promtool = prometheus_tool("promtool", "PROMTOOL");
-    let prometheus = prometheus_tool("prometheus", "PROMETHEUS");
-    let scratch = Scratch::new();
-    let dir = &scratch.0;
+    let promtool = prometheus::promtool();
+    let prometheus = prometheus::tool("prometheus", "PROMETHEUS");
+    let scratch = Scratch::new("charges-alerts");
+    let dir = scratch.path();
 
     let shipped = repo().join("deploy/prometheus/scrape-config.yaml");
     let (ok, output) = run(&promtool, &["check", "config", &shipped.to_string_lossy()]);

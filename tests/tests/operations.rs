@@ -4,9 +4,11 @@
 
 use charges_tests::kafka::TestKafka;
 use charges_tests::metrics::{
-    assert_exports_build_process_and_pool, job_succeeded, sample, scrape, scrape_until,
+    assert_exports_build_process_and_pool, assert_only_scraped_names, job_succeeded, sample,
+    scrape, scrape_until,
 };
 use charges_tests::outbox::count_outbox;
+use charges_tests::promql;
 use charges_tests::{
     TestApi, TestDb, binary, connect, new_key, poll_until, relay_command, start_relay,
 };
@@ -603,97 +605,9 @@ async fn oldest_pending_age_rises_while_the_broker_is_down_and_falls_after() {
     drop(relay);
 }
 
-/// The metric names an alert expression refers to: identifiers starting with
-/// `charges_` that end where PromQL puts a selector, a range, a closing parenthesis,
-/// white space or the end of the expression.
-fn expr_metric_names(expr: &str) -> Vec<String> {
-    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
-    let chars: Vec<char> = expr.chars().collect();
-    let mut names = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if !is_ident(chars[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < chars.len() && is_ident(chars[i]) {
-            i += 1;
-        }
-        let word: String = chars[start..i].iter().collect();
-        let preceded_ok = start == 0 || !matches!(chars[start - 1], '"' | '\'' | '$' | '.');
-        let followed_ok =
-            i == chars.len() || chars[i].is_whitespace() || matches!(chars[i], '{' | '[' | ')');
-        if word.starts_with("charges_") && preceded_ok && followed_ok {
-            names.push(word);
-        }
-    }
-    names
-}
-
-/// Every series name a `/metrics` page exposes, plus each histogram's family name
-/// with its `_bucket`, `_sum` and `_count` series.
-fn exported_names(text: &str) -> std::collections::BTreeSet<String> {
-    let mut names = std::collections::BTreeSet::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut words = rest.split_whitespace();
-            if let (Some(name), Some("histogram" | "summary")) = (words.next(), words.next()) {
-                for suffix in ["", "_bucket", "_sum", "_count"] {
-                    names.insert(format!("{name}{suffix}"));
-                }
-            }
-        } else if !line.starts_with('#') && !line.trim().is_empty() {
-            let end = line.find(['{', ' ']).unwrap_or(line.len());
-            names.insert(line[..end].to_owned());
-        }
-    }
-    names
-}
-
-/// A Prometheus duration: one or more `<number><unit>` with unit ms, s, m, h, d, w, y.
-fn is_prometheus_duration(text: &str) -> bool {
-    let mut rest = text;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return false;
-        }
-        rest = &rest[digits..];
-        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
-            .into_iter()
-            .find(|unit| rest.starts_with(unit));
-        match unit {
-            Some(unit) => rest = &rest[unit.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
-#[test]
-fn the_alert_expression_tokenizer_finds_metric_names() {
-    assert_eq!(
-        expr_metric_names(
-            "sum(rate(charges_a_total{x=\"charges_not_a_metric\"}[5m])) / max(charges_b) > 0\n\
-             and time() - charges_c > 1 or charges_d[1m] summary: \"$charges_e\""
-        ),
-        ["charges_a_total", "charges_b", "charges_c", "charges_d"]
-    );
-    assert!(is_prometheus_duration("5m"));
-    assert!(is_prometheus_duration("1h30m"));
-    assert!(is_prometheus_duration("250ms"));
-    assert!(!is_prometheus_duration("5 minutes"));
-    assert!(!is_prometheus_duration("m5"));
-    assert!(!is_prometheus_duration(""));
-}
-
 /// deploy/prometheus/alerts.yaml is a valid Prometheus rule file, and every metric an
-/// alert expression names is really exported by the binaries: the API and a relay run
-/// with traffic (so counters and histograms exist) and their `/metrics` are scraped.
+/// alert expression names is really exported by the binaries (run with traffic, so
+/// that counters and histograms exist) or made by Prometheus (`up`).
 #[tokio::test]
 async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
     let path =
@@ -755,10 +669,7 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
                 let duration = rule["for"]
                     .as_str()
                     .unwrap_or_else(|| panic!("{alert}: for"));
-                assert!(
-                    is_prometheus_duration(duration),
-                    "{alert}: for {duration:?}"
-                );
+                assert!(promql::is_duration(duration), "{alert}: for {duration:?}");
             }
             let severity = rule["labels"]["severity"].as_str().unwrap_or_default();
             assert!(
@@ -772,51 +683,14 @@ async fn alert_rules_are_well_formed_and_name_only_exported_metrics() {
                     "{alert}: no annotations.{annotation}"
                 );
             }
-            for metric in expr_metric_names(expr) {
+            for metric in promql::metric_names(expr) {
                 referenced.push((alert.to_owned(), metric));
             }
         }
     }
     assert!(referenced.len() >= 10, "only {referenced:?}");
 
-    // The real binaries, with enough traffic that every family is registered.
-    let db = TestDb::new().await;
-    let kafka = TestKafka::new(1).await;
-    let api = TestApi::start(&db, &[]).await;
-    let key = new_key();
-    for body in [BODY, BODY, r#"{"amountCents":1}"#] {
-        api.post_charge(Some(&key), body).await;
-    }
-    api.post_charge(Some("not-a-uuid"), BODY).await;
-    let (relay, relay_url) = start_relay(&db, &kafka, MAINTENANCE_OFTEN).await;
-    let http = reqwest::Client::new();
-    let topic = kafka.topic.as_str();
-    let relay_text = scrape_until(
-        &http,
-        &relay_url,
-        "the charge published and reconciled",
-        |text| {
-            sample(text, "charges_relay_published_total", &[("topic", topic)]) == 1.0
-                && job_succeeded(text, "reconcile")
-                && text.contains("charges_outbox_oldest_pending_age_seconds ")
-        },
-    )
-    .await;
-    let api_text = scrape(&api.http, &api.url("/metrics")).await;
-    let exported: std::collections::BTreeSet<String> = exported_names(&api_text)
-        .into_iter()
-        .chain(exported_names(&relay_text))
-        .collect();
-    let missing: Vec<String> = referenced
-        .iter()
-        .filter(|(_, metric)| !exported.contains(metric))
-        .map(|(alert, metric)| format!("{alert}: {metric}"))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "alert rules name metrics no binary exports: {missing:?}\nexported: {exported:?}"
-    );
-    drop(relay);
+    assert_only_scraped_names("deploy/prometheus/alerts.yaml", &referenced).await;
 }
 
 /// Every binary logs alike (one `charges-runtime` set-up): to a pipe, with `NO_COLOR`
