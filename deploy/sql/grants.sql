@@ -80,3 +80,7 @@ GRANT SELECT, INSERT, UPDATE ON outbox_wakeup TO charges_relay;
 
 -- /readyz on --metrics-listen.
 GRANT SELECT ON refinery_schema_history TO charges_relay;
+
+-- ReplicationStandbysConfirmed: the replication gate reads the standbys' flush
+-- positions through this function (migration V12), not pg_stat_replication itself.
+GRANT EXECUTE ON FUNCTION charges_standby_flush_positions() TO charges_relay;

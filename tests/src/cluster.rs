@@ -18,6 +18,8 @@ pub struct TestCluster {
     port: u16,
     run_as: Option<&'static str>,
     tls: Option<TlsFiles>,
+    /// Settings of its own, `-c name=value` at every start (a standby's name).
+    settings: Vec<String>,
     /// `postgres://postgres@127.0.0.1:<port>/postgres`
     pub url: String,
 }
@@ -99,6 +101,7 @@ impl TestCluster {
             data,
             run_as,
             tls: None,
+            settings: Vec::new(),
             dir,
         };
         if tls {
@@ -195,6 +198,9 @@ impl TestCluster {
             self.port,
             self.dir.display()
         );
+        for setting in &self.settings {
+            options.push_str(&format!(" -c {setting}"));
+        }
         if self.tls.is_some() {
             options.push_str(&format!(
                 " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
@@ -221,6 +227,102 @@ impl TestCluster {
             .as_server_user(&self.bindir.join("pg_ctl"))
             .args(["stop", "-m", "immediate", "-w", "-D"])
             .arg(&self.data));
+    }
+
+    /// A streaming replica of this server (`pg_basebackup -R`), started and accepting
+    /// read-only connections. `name` is its `cluster_name`, which its WAL receiver
+    /// reports as `application_name`: what `synchronous_standby_names` and the relay's
+    /// `--wait-for-standbys` name.
+    pub async fn start_standby(&self, name: &str) -> TestCluster {
+        let dir = std::env::temp_dir().join(format!("charges-pg-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("standby folder");
+        if let Some(user) = self.run_as {
+            run(Command::new("chown").args(["-R", user]).arg(&dir));
+        }
+        let port = free_port();
+        let standby = TestCluster {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            bindir: self.bindir.clone(),
+            port,
+            data: dir.join("data"),
+            run_as: self.run_as,
+            tls: None,
+            settings: vec![format!("cluster_name={name}")],
+            dir,
+        };
+        run(standby
+            .as_server_user(&standby.bindir.join("pg_basebackup"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-R", "-X", "stream", "--no-sync", "--checkpoint=fast", "-D"])
+            .arg(&standby.data));
+        standby.start_server().await;
+        standby
+    }
+
+    /// Ends recovery: this standby becomes a primary, writable.
+    pub fn promote(&self) {
+        run(self
+            .as_server_user(&self.bindir.join("pg_ctl"))
+            .args(["promote", "-w", "-D"])
+            .arg(&self.data));
+    }
+
+    /// A clean shutdown (`pg_ctl stop -m fast`).
+    pub fn stop(&self) {
+        run(self
+            .as_server_user(&self.bindir.join("pg_ctl"))
+            .args(["stop", "-m", "fast", "-w", "-D"])
+            .arg(&self.data));
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `db`'s URL on this server (a standby's, after a failover).
+    pub fn url_of(&self, db: &crate::TestDb) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, db.name)
+    }
+
+    /// Commits wait for `names` (`synchronous_standby_names`; empty: for none).
+    pub async fn synchronous_standbys(&self, names: &str) {
+        let client = crate::connect(&self.url).await;
+        client
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '{names}'"
+            ))
+            .await
+            .expect("set synchronous_standby_names");
+        client
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .expect("reload the configuration");
+    }
+
+    /// Waits until the standby `name` streams from this server, in `sync_state` `state`
+    /// (`sync` or `async`).
+    pub async fn wait_for_standby(&self, name: &str, state: &str) {
+        let client = crate::connect(&self.url).await;
+        crate::poll_until(&format!("standby {name} streams ({state})"), async || {
+            client
+                .query_opt(
+                    "SELECT 1 FROM pg_stat_replication
+                      WHERE application_name = $1 AND state = 'streaming' AND sync_state = $2",
+                    &[&name, &state],
+                )
+                .await
+                .ok()
+                .flatten()
+                .map(|_| ())
+        })
+        .await;
     }
 
     /// The server's own log, for failure messages.

@@ -43,6 +43,26 @@ pub enum Command {
 
 pub use charges_runtime::{DatabaseArgs, LogFormat};
 
+/// `--wait-for-standbys`: which standbys must have a batch's WAL before it is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standbys {
+    /// At least one streaming standby.
+    Any,
+    /// Every one of these (`application_name` in `pg_stat_replication`).
+    Named(Vec<String>),
+}
+
+fn parse_standbys(text: &str) -> Result<Standbys, String> {
+    if text.trim() == "any" {
+        return Ok(Standbys::Any);
+    }
+    let names: Vec<String> = text.split(',').map(|n| n.trim().to_owned()).collect();
+    if names.iter().any(String::is_empty) {
+        return Err("expected `any` or standby names separated by commas".to_owned());
+    }
+    Ok(Standbys::Named(names))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum MessageKey {
     /// The outbox id: spreads events evenly over partitions; no ordering between
@@ -136,6 +156,15 @@ pub struct RunArgs {
     /// transaction stays open at most this long plus a small margin.
     #[arg(long, env = "RELAY_PUBLISH_TIMEOUT", default_value = "5s", value_parser = duration_within(Duration::from_millis(100), Duration::from_secs(600)))]
     pub publish_timeout: Duration,
+
+    /// The replication gate: publish a batch only once these standbys have flushed the
+    /// WAL holding its rows, so that no event goes out for a commit a failover to them
+    /// would lose. `any` (one standby is enough) or standby names (their
+    /// application_name, comma separated; every one must confirm). Off when unset. While
+    /// they lag, a batch waits up to --publish-timeout, then rolls back untouched: no
+    /// attempt used, the rows stay pending.
+    #[arg(long, env = "RELAY_WAIT_FOR_STANDBYS", value_name = "any|NAME,…", value_parser = parse_standbys)]
+    pub wait_for_standbys: Option<Standbys>,
 
     /// Rejections after which a row is set dead and no longer claimed: attempts the
     /// broker refused the message itself (too large, invalid). Failures because the

@@ -11,6 +11,7 @@ pub mod config;
 pub mod cursor;
 mod error;
 pub mod failure;
+pub mod gate;
 pub mod listener;
 pub mod metrics;
 pub mod publish;
@@ -74,6 +75,13 @@ impl RunArgs {
             ordered,
             batch_size: self.batch_size,
             publish_timeout: self.publish_timeout,
+            standbys: self
+                .wait_for_standbys
+                .as_ref()
+                .map(|standbys| match standbys {
+                    config::Standbys::Any => Vec::new(),
+                    config::Standbys::Named(names) => names.clone(),
+                }),
             max_attempts: self.max_attempts,
             backoff: Backoff {
                 base: self.backoff_base,

@@ -23,6 +23,11 @@ pub const BROKER_OUTAGES: &str = "charges_relay_broker_outages_total";
 /// Gauge: 1 while a LISTEN session wakes this relay on new rows, 0 while it only polls
 /// (its listener connection is down, or it has none behind a transaction pooler).
 pub const LISTENER_CONNECTED: &str = "charges_relay_listener_connected";
+/// Gauge: bytes of WAL the replication gate's standby furthest behind lacked at the
+/// last batch (-1: none of them streaming). Only with `--wait-for-standbys`.
+pub const STANDBY_LAG: &str = "charges_relay_standby_lag_bytes";
+/// Counter: batches rolled back because the standbys did not confirm their WAL in time.
+pub const STANDBY_TIMEOUTS: &str = "charges_relay_standby_timeouts_total";
 
 /// A batch takes from milliseconds to the publish timeout.
 const BATCH_BUCKETS: &[f64] = &[
@@ -61,6 +66,14 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         "1 while the broker takes messages, 0 while the relay waits out an outage"
     );
     metrics::describe_counter!(BROKER_OUTAGES, "Broker outages declared by this relay");
+    metrics::describe_gauge!(
+        STANDBY_LAG,
+        "WAL bytes the gate's standby furthest behind lacked at the last batch (-1: none streaming)"
+    );
+    metrics::describe_counter!(
+        STANDBY_TIMEOUTS,
+        "Batches rolled back because the standbys did not confirm their WAL in time"
+    );
     metrics::describe_gauge!(
         LISTENER_CONNECTED,
         "1 while a LISTEN session wakes this relay, 0 while it only polls"

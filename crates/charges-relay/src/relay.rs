@@ -16,7 +16,7 @@ use crate::cursor::ClaimCursor;
 use crate::failure::{FailureKind, PublishError};
 use crate::publish::{MessageSettings, Producers, publish_batch};
 use crate::wakeup::WakeupRequest;
-use crate::{RelayError, error_chain, metrics};
+use crate::{RelayError, error_chain, gate, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
 /// statements (claim, mark, record failures, commit) and scheduling delays.
@@ -29,6 +29,9 @@ pub struct RelaySettings {
     pub ordered: bool,
     pub batch_size: u32,
     pub publish_timeout: Duration,
+    /// The replication gate: the standbys that must have a batch's WAL before it is
+    /// published (empty: any one); `None`: off.
+    pub standbys: Option<Vec<String>>,
     pub max_attempts: u32,
     pub backoff: Backoff,
 }
@@ -116,6 +119,10 @@ impl Relay {
         if events.is_empty() {
             transaction.commit(&[], &[]).await?;
             return Ok(BatchOutcome::default());
+        }
+        if let Some(standbys) = &self.settings.standbys {
+            // Behind: dropping the transaction rolls the claim back, rows untouched.
+            gate::wait_for_standbys(&transaction, standbys, self.settings.publish_timeout).await?;
         }
         let producer = self.producers.current();
         let results = publish_batch(
@@ -353,8 +360,8 @@ pub async fn batch_loop(
             }
             Err(e) => {
                 consecutive_errors = consecutive_errors.saturating_add(1);
-                if e.is_database_unavailable() {
-                    tracing::warn!(error = %error_chain(&e), "relay batch failed: database unavailable");
+                if e.is_outage() {
+                    tracing::warn!(error = %error_chain(&e), "relay batch failed: the database or its standbys are unavailable");
                 } else {
                     tracing::error!(error = %error_chain(&e), "relay batch failed");
                     relay

@@ -19,6 +19,9 @@ pub const POOL_IDLE: &str = "charges_db_pool_idle_connections";
 pub const POOL_WAITING: &str = "charges_db_pool_waiting";
 /// Counter: waits for a connection that timed out (answered 503 by the API).
 pub const POOL_TIMEOUTS: &str = charges_store::POOL_TIMEOUTS_METRIC;
+/// Counter: commits whose wait for the synchronous standby was cancelled, reported as
+/// failed (`charges_store`'s unreplicated-commit guard).
+pub const UNREPLICATED_COMMITS: &str = charges_store::UNREPLICATED_COMMITS_METRIC;
 
 /// How often histogram samples are folded into their buckets between scrapes.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -51,6 +54,11 @@ pub fn install(
         "Waits for a database connection that timed out"
     );
     metrics::counter!(POOL_TIMEOUTS).increment(0);
+    metrics::describe_counter!(
+        UNREPLICATED_COMMITS,
+        "Commits whose wait for the synchronous standby was cancelled, reported as failed"
+    );
+    metrics::counter!(UNREPLICATED_COMMITS).increment(0);
     metrics_process::Collector::default().describe();
     Ok(handle)
 }

@@ -82,6 +82,12 @@ impl ClaimTransaction {
         Ok(published)
     }
 
+    /// The transaction's connection, for statements that read without taking part in
+    /// the claim (the relay's replication gate).
+    pub fn connection(&self) -> Result<&Object, StoreError> {
+        Ok(self.parts()?.0)
+    }
+
     fn parts(&self) -> Result<(&Object, &ClaimStatements), StoreError> {
         match &self.client {
             Some(client) => Ok((client, &self.statements)),

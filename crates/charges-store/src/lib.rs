@@ -37,8 +37,10 @@ mod pool;
 mod reconciliation_result;
 pub mod refunds;
 mod replay_cache;
+mod replication;
 pub mod statements;
 mod tls;
+mod unreplicated_commit;
 
 pub use charges::{ChargeStore, RefundableCharge};
 pub use claim_transaction::ClaimTransaction;
@@ -58,6 +60,8 @@ pub use reconciliation_result::{
     ReconciliationClaim, ReconciliationCounts, ReconciliationResultStore,
 };
 pub use refunds::RefundStore;
+pub use replication::{ReplicationStore, StandbyProgress};
 pub use statements::{Connection, Pooler, Sql};
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;
+pub use unreplicated_commit::UNREPLICATED_COMMITS_METRIC;

@@ -5,6 +5,7 @@ use tokio_postgres::NoTls;
 
 use crate::statements::{self, Pooler, Sql};
 use crate::tls::DatabaseTls;
+use crate::unreplicated_commit::GuardedConnect;
 use crate::{Connection, StoreError};
 
 /// How the pool talks to Postgres. Every bound here exists so that a request can never
@@ -164,9 +165,10 @@ fn build(database_url: &str, settings: &PoolSettings) -> Result<Pool, StoreError
         recycling_method: RecyclingMethod::Fast,
     };
     let manager = if DatabaseTls::required_by(&pg) {
-        Manager::from_config(pg, settings.tls.connector()?, manager_config)
+        let tls = settings.tls.connector()?;
+        Manager::from_connect(pg, GuardedConnect { tls }, manager_config)
     } else {
-        Manager::from_config(pg, NoTls, manager_config)
+        Manager::from_connect(pg, GuardedConnect { tls: NoTls }, manager_config)
     };
     Pool::builder(manager)
         .max_size(settings.max_size)
