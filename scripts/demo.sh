@@ -18,7 +18,7 @@ demo_url="$(database_url "$demo_db")"
 ledger_url="$(database_url "$ledger_db")"
 port="${DEMO_PORT:-18080}"
 api="http://127.0.0.1:$port"
-bin=target/debug
+bin="${CARGO_TARGET_DIR:-target}/debug"
 logs="$(mktemp -d /tmp/charges-demo.XXXXXX)"
 declare -A pids=()
 
@@ -47,6 +47,10 @@ start() { # start NAME COMMAND...: background process, logs in $logs/NAME.log
 }
 logged() { grep -q -- "$2" "$logs/$1.log"; }
 
+for b in charges-api charges-relay kafka-mock charges-consumer; do
+  [ -x "$bin/$b" ] || fail "$bin/$b is missing: \`make demo\` builds it"
+done
+
 say "fresh databases: $demo_db (API + outbox) and $ledger_db (the consumer's own)"
 for db in "$demo_db" "$ledger_db"; do recreate_database "$db"; done
 DATABASE_URL="$demo_url" $bin/charges-api migrate >"$logs/migrate.log" 2>&1 || fail "charges-api migrate"
@@ -65,6 +69,7 @@ else
   say "kafka-mock (librdkafka's in-memory cluster) at $brokers, topic $topic, 3 partitions"
 fi
 
+say "starting charges-api, two charges-relay workers and charges-consumer"
 start api $bin/charges-api serve --database-url "$demo_url" --listen "127.0.0.1:$port"
 # Two relays on one machine need two metrics ports.
 relay_flags=(--database-url "$demo_url" --kafka-brokers "$brokers" --topic "$topic"
