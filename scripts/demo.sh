@@ -150,10 +150,12 @@ wait_for "the consumer to see event $event" 20 \
   sql_is "$ledger_url" 1 "SELECT count(*) FROM processed_events WHERE event_id = '$event'"
 note "the broker acknowledged it and the consumer applied it; the relay's mark hangs"
 # Which relay holds it: the Postgres backend running the hanging UPDATE knows its client's port.
+# Not this query's own session: its text matches the pattern too.
 client_port=$(sql "SELECT client_port FROM pg_stat_activity
-  WHERE datname = '$demo_db' AND state = 'active' AND query ILIKE '%UPDATE outbox%' LIMIT 1")
+  WHERE datname = '$demo_db' AND state = 'active' AND query ILIKE '%UPDATE outbox%'
+    AND pid <> pg_backend_pid() LIMIT 1")
 [ -n "$client_port" ] || fail "no relay is hanging in its mark"
-victim_pid=$(ss -Htnp "( sport = :$client_port )" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+victim_pid=$(ss -Htnp "( sport = :$client_port )" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
 victim=""
 for name in relay-1 relay-2; do [ "${pids[$name]}" = "$victim_pid" ] && victim=$name; done
 [ -n "$victim" ] || fail "cannot tell which relay holds the row (pid '$victim_pid')"
