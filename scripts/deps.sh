@@ -101,9 +101,9 @@ apt_install "${need_apt[@]}"
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # A real Kafka-protocol broker for the relay's tests (tests/src/tansu.rs). Built from
-# crates.io once per machine (about 25 minutes on 2 cores), kept in cargo's bin folder.
+# crates.io once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
 command -v tansu >/dev/null 2>&1 || {
-  echo "deps: building tansu (a Kafka-compatible broker; once per machine, ~25 min)"
+  echo "deps: building tansu (a Kafka-compatible broker; once per machine, 10 to 25 min)"
   cargo install --locked tansu --version 0.6.0 --features dynostore
 }
 
