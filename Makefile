@@ -10,7 +10,8 @@ export RUST_BACKTRACE ?= 0
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-deps: ## Install everything make test needs (once per machine; later only checks that Postgres is up).
+# build-deps first, also under make -j: two apt-get runs at once would fight over its lock.
+deps: build-deps ## Install everything make test needs (once per machine; later only checks that Postgres is up).
 	@bash scripts/deps.sh full
 
 build-deps: ## Install only what building and make demo need (C libraries, cmake, Postgres); start Postgres.
