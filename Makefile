@@ -5,18 +5,24 @@ export DATABASE_URL
 # Tests print a short panic message; set RUST_BACKTRACE=1 yourself to dig in.
 export RUST_BACKTRACE ?= 0
 
-.PHONY: help deps bench-deps build release image test chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
+.PHONY: help deps build-deps bench-deps build release image test check chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-deps: ## Install what a fresh Debian machine lacks (once per machine; later only checks that Postgres is up).
-	@bash scripts/deps.sh
+# build-deps first, also under make -j: two apt-get runs at once would fight over its lock.
+deps: build-deps ## Install everything make test needs (once per machine; later only checks that Postgres is up).
+	@bash scripts/deps.sh full
 
-build: deps ## Debug build of every binary (the tests start them).
+build-deps: ## Install only what building and make demo need (C libraries, cmake, Postgres); start Postgres.
+	@bash scripts/deps.sh build
+
+# Every binary, also for make demo: building only the demo's three packages resolves their
+# dependencies' features differently, so make test or make check would compile ~40 crates again.
+build: build-deps ## Debug build of every binary (the tests and the demo start them).
 	cargo build --bins
 
-release: deps ## target/release/charges-api and target/release/charges-relay.
+release: build-deps ## target/release/charges-api and target/release/charges-relay.
 	cargo build --release --bins
 
 # The container engine (podman here, docker where one answers; docs/development.md).
@@ -24,18 +30,27 @@ CONTAINERS := bash scripts/containers.sh
 # make test's second run, with Postgres and the broker in containers of each test's own.
 CONTAINER_MODE_TESTS := binary(api) | binary(consumer) | (binary(relay) & test(=a_created_charge_is_published_once_with_its_headers))
 
-image: release ## The application image (deploy/Dockerfile) as deploy/images.env names it.
+image: deps release ## The application image (deploy/Dockerfile) as deploy/images.env names it.
 	$(CONTAINERS) deps
 	$(CONTAINERS) image
 
-test: build image ## Every test against DATABASE_URL, then some in container mode, the compose demo; no container left.
+test: deps build image ## Every test against DATABASE_URL, then some in container mode, the compose demo; no container left.
 	cargo fmt --all -- --check
 	$(CONTAINERS) with-socket cargo nextest run --workspace
 	$(CONTAINERS) with-socket env TEST_SERVICES=containers cargo nextest run -p charges-tests -E '$(CONTAINER_MODE_TESTS)'
 	$(CONTAINERS) with-socket bash scripts/compose-demo.sh
 	$(CONTAINERS) leaks
 
-chaos: build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs; make test runs the fast ones).
+# The fast loop: no install, no image, no containers. Which tests: the nextest profile
+# `check` (.config/nextest.toml) leaves out those that need what only `make deps` installs.
+check: ## fmt, build, then the tests that need only the build and Postgres at DATABASE_URL.
+	cargo fmt --all -- --check
+	@pg_isready -q -d "$(DATABASE_URL)" || { echo "check: no Postgres answers at $(DATABASE_URL) (make build-deps starts the local one)" >&2; exit 1; }
+	@command -v cargo-nextest >/dev/null 2>&1 || { echo "check: cargo-nextest is missing (make deps installs it)" >&2; exit 1; }
+	cargo build --bins
+	cargo nextest run --workspace -P check
+
+chaos: deps build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs; make test runs the fast ones).
 	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | binary(network_faults) | test(/^slow_/)'
 
 lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
@@ -56,7 +71,7 @@ lint-alerts: deps ## promtool check rules and test rules (alerts.test.yaml) on d
 fmt: ## Format everything.
 	cargo fmt --all
 
-demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres, ~15 s).
+demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres).
 	@bash scripts/demo.sh
 
 compose-demo: image ## deploy/docker-compose.yml up in containers, one charge applied once, then down.

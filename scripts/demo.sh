@@ -18,7 +18,7 @@ demo_url="$(database_url "$demo_db")"
 ledger_url="$(database_url "$ledger_db")"
 port="${DEMO_PORT:-18080}"
 api="http://127.0.0.1:$port"
-bin=target/debug
+bin="${CARGO_TARGET_DIR:-target}/debug"
 logs="$(mktemp -d /tmp/charges-demo.XXXXXX)"
 declare -A pids=()
 
@@ -47,6 +47,10 @@ start() { # start NAME COMMAND...: background process, logs in $logs/NAME.log
 }
 logged() { grep -q -- "$2" "$logs/$1.log"; }
 
+for b in charges-api charges-relay kafka-mock charges-consumer; do
+  [ -x "$bin/$b" ] || fail "$bin/$b is missing: \`make demo\` builds it"
+done
+
 say "fresh databases: $demo_db (API + outbox) and $ledger_db (the consumer's own)"
 for db in "$demo_db" "$ledger_db"; do recreate_database "$db"; done
 DATABASE_URL="$demo_url" $bin/charges-api migrate >"$logs/migrate.log" 2>&1 || fail "charges-api migrate"
@@ -65,6 +69,7 @@ else
   say "kafka-mock (librdkafka's in-memory cluster) at $brokers, topic $topic, 3 partitions"
 fi
 
+say "starting charges-api, two charges-relay workers and charges-consumer"
 start api $bin/charges-api serve --database-url "$demo_url" --listen "127.0.0.1:$port"
 # Two relays on one machine need two metrics ports.
 relay_flags=(--database-url "$demo_url" --kafka-brokers "$brokers" --topic "$topic"
@@ -145,10 +150,12 @@ wait_for "the consumer to see event $event" 20 \
   sql_is "$ledger_url" 1 "SELECT count(*) FROM processed_events WHERE event_id = '$event'"
 note "the broker acknowledged it and the consumer applied it; the relay's mark hangs"
 # Which relay holds it: the Postgres backend running the hanging UPDATE knows its client's port.
+# Not this query's own session: its text matches the pattern too.
 client_port=$(sql "SELECT client_port FROM pg_stat_activity
-  WHERE datname = '$demo_db' AND state = 'active' AND query ILIKE '%UPDATE outbox%' LIMIT 1")
+  WHERE datname = '$demo_db' AND state = 'active' AND query ILIKE '%UPDATE outbox%'
+    AND pid <> pg_backend_pid() LIMIT 1")
 [ -n "$client_port" ] || fail "no relay is hanging in its mark"
-victim_pid=$(ss -Htnp "( sport = :$client_port )" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+victim_pid=$(ss -Htnp "( sport = :$client_port )" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2 || true)
 victim=""
 for name in relay-1 relay-2; do [ "${pids[$name]}" = "$victim_pid" ] && victim=$name; done
 [ -n "$victim" ] || fail "cannot tell which relay holds the row (pid '$victim_pid')"

@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Installs what building and testing need on a fresh Debian machine, and makes sure the
-# local Postgres is running. Idempotent: a machine that has everything is left alone.
+# Installs what a fresh Debian machine lacks, and makes sure the local Postgres is
+# running. Idempotent: a machine that has everything is left alone. Two levels:
+#
+#   build  what building the binaries and `make demo` need: the C libraries and tools
+#          librdkafka and the OpenSSL bindings build with, and Postgres (server and psql).
+#          Checked on every call; each check is a file or PATH test.
+#   full   (the default) everything `make test` needs: `build`, plus the Python tools,
+#          cargo-nextest, tansu, promtool and the container engine with its images.
 #
 # The full check (apt, pip, rustup, cargo install) runs once per machine and version of
 # this script: a stamp under ~/.cache remembers it. Later calls (every `make test`) only
 # check that the tools are still there and that Postgres is up. CHARGES_DEPS_FORCE=1
 # runs the full check anyway.
 set -euo pipefail
+
+level="${1:-full}"
+case "$level" in
+  build | full) ;;
+  *) echo "usage: $0 [build|full]" >&2; exit 2 ;;
+esac
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 
 ensure_postgres() {
   if ! pg_isready -q -h 127.0.0.1 -p 5432; then
@@ -20,6 +34,38 @@ ensure_postgres() {
   fi
 }
 
+# build_needs: appends to need_apt what the build level lacks.
+build_needs() {
+  command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+  # librdkafka 2.12 (rdkafka's cmake-build) includes curl headers even when unused.
+  [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
+  # OpenSSL for TLS to Kafka (rdkafka's ssl feature) and to Postgres (postgres-openssl).
+  [ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
+  command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+  command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
+  command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
+  command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+  # The demo finds the relay it kills through its socket (ss -p).
+  command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
+}
+
+# apt_install PACKAGE...: refreshes the package lists, then installs; nothing if none.
+apt_install() {
+  [ $# -gt 0 ] || return 0
+  echo "deps: installing $* (apt)"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
+}
+
+need_apt=()
+if [ "$level" = build ]; then
+  build_needs
+  apt_install "${need_apt[@]}"
+  ensure_postgres
+  echo "deps: build tools present, Postgres answers on 127.0.0.1:5432"
+  exit 0
+fi
+
 # promtool and prometheus (make lint-alerts, tests/tests/alerts.rs): Debian's prometheus
 # package, unpacked into a cache outside target/ once per machine, never installed as a
 # daemon. Checked before the fast path, so that a machine stamped before this block gets
@@ -30,7 +76,7 @@ if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
   download="$(mktemp -d)"
   if ! (cd "$download" && apt-get download -qq prometheus 2>/dev/null); then
     # No package lists yet (a fresh machine): fetch them, then try again.
-    $([ "$(id -u)" -eq 0 ] || echo sudo) apt-get update -qq
+    $sudo_cmd apt-get update -qq
     (cd "$download" && apt-get download -qq prometheus)
   fi
   rm -rf "$promtool_dir.partial" && mkdir -p "$promtool_dir.partial" && dpkg-deb -x "$download"/prometheus_*.deb "$promtool_dir.partial"
@@ -44,35 +90,20 @@ if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
   exit 0
 fi
 
-need_apt=()
-command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
-# librdkafka 2.12 (rdkafka's cmake-build) includes curl headers even when unused.
-[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
-# OpenSSL for TLS to Kafka (rdkafka's ssl feature) and to Postgres (postgres-openssl).
-[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
-command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+build_needs
 # The chaos and TLS tests start Postgres servers of their own and issue certificates.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
-command -v pg_ctlcluster >/dev/null 2>&1 || need_apt+=(postgresql)
-command -v psql >/dev/null 2>&1 || need_apt+=(postgresql-client)
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # kubernetes-validate (below) checks deploy/k8s against the Kubernetes schemas in make test.
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "deps: installing ${need_apt[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+apt_install "${need_apt[@]}"
 
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # A real Kafka-protocol broker for the relay's tests (tests/src/tansu.rs). Built from
-# crates.io once per machine (about 25 minutes on 2 cores), kept in cargo's bin folder.
+# crates.io once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
 command -v tansu >/dev/null 2>&1 || {
-  echo "deps: building tansu (a Kafka-compatible broker; once per machine, ~25 min)"
+  echo "deps: building tansu (a Kafka-compatible broker; once per machine, 10 to 25 min)"
   cargo install --locked tansu --version 0.6.0 --features dynostore
 }
 
