@@ -283,10 +283,11 @@ fn pgbouncer_ini() -> PgBouncerIni {
     kustomization_entries(&repo().join("deploy/k8s"))
         .iter()
         .flat_map(|path| documents(path))
+        .filter(|doc| doc["kind"] == "ConfigMap")
         .find_map(|doc| {
-            (doc["kind"] == "ConfigMap")
-                .then(|| doc["data"]["pgbouncer.ini"].as_str().map(PgBouncerIni::parse))
-                .flatten()
+            doc["data"]["pgbouncer.ini"]
+                .as_str()
+                .map(PgBouncerIni::parse)
         })
         .expect("a ConfigMap with pgbouncer.ini")
 }
@@ -435,9 +436,7 @@ fn secret_files(
         .flatten()
         .filter_map(|e| e["value"].as_str())
         .map(|path| (path.to_owned(), api_keys.clone()));
-    let files: Vec<(String, String)> = env_paths
-        .chain([(r.auth_file.clone(), userlist)])
-        .collect();
+    let files: Vec<(String, String)> = env_paths.chain([(r.auth_file.clone(), userlist)]).collect();
     for mount in container["volumeMounts"].as_array().into_iter().flatten() {
         let Some(secret) = mounts.get(mount["name"].as_str().unwrap_or("")) else {
             continue;

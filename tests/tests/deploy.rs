@@ -492,7 +492,10 @@ fn number(value: &Value, what: &str) -> u64 {
 /// literal value, `secret:<key>` for a Secret's key, or None.
 fn container_env(manifest: &Value, name: &str) -> Option<String> {
     let container = &manifest["spec"]["template"]["spec"]["containers"][0];
-    let env = container["env"].as_array()?.iter().find(|e| e["name"] == name)?;
+    let env = container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)?;
     match env["value"].as_str() {
         Some(value) => Some(value.to_owned()),
         None => env["valueFrom"]["secretKeyRef"]["key"]
@@ -547,7 +550,11 @@ fn connection_budget_fits_max_connections() {
         container_env(&relay, "LISTEN_DATABASE_URL").is_some(),
         "the relays LISTEN on Postgres directly"
     );
-    assert_eq!(container_env(&job, "DB_POOLER"), None, "the Job migrates directly");
+    assert_eq!(
+        container_env(&job, "DB_POOLER"),
+        None,
+        "the Job migrates directly"
+    );
 
     let ini = PgBouncerIni::parse(
         k8s("pgbouncer-configmap.yaml")["data"]["pgbouncer.ini"]
