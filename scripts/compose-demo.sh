@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make compose-demo: deploy/docker-compose.yml for real. Brings the whole system up in
-# containers (Postgres, broker, topic, migrate, API, relay, consumer), posts a charge,
-# shows its event applied once by the consumer, and tears everything down, also on
-# failure or Ctrl-C. Run through `scripts/containers.sh with-socket` (make does), which
+# containers (Postgres, broker, topic, migrate, PgBouncer, API, relay, consumer), posts a
+# charge, shows that the API reached Postgres only through PgBouncer and that the event
+# was applied once by the consumer, and tears everything down, also on failure or Ctrl-C. Run through `scripts/containers.sh with-socket` (make does), which
 # provides the engine (DOCKER_HOST for podman). Images: deploy/images.env.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +10,10 @@ source scripts/lib.sh
 
 containers() { bash scripts/containers.sh "$@"; }
 kind="$(containers kind)"
-export POSTGRES_IMAGE BROKER_IMAGE CHARGES_IMAGE
+export POSTGRES_IMAGE BROKER_IMAGE PGBOUNCER_IMAGE CHARGES_IMAGE
 POSTGRES_IMAGE="$(containers name POSTGRES)"
 BROKER_IMAGE="$(containers name BROKER)"
+PGBOUNCER_IMAGE="$(containers name PGBOUNCER)"
 CHARGES_IMAGE="$(containers name CHARGES)"
 files=(-f deploy/docker-compose.yml)
 [ "$kind" = docker ] || files+=(-f deploy/podman/compose.local.yml)
@@ -66,7 +67,7 @@ if [ "$kind" = podman ]; then
   health_driver=$!
 fi
 
-echo "== compose up ($kind: $POSTGRES_IMAGE, $BROKER_IMAGE, $CHARGES_IMAGE)"
+echo "== compose up ($kind: $POSTGRES_IMAGE, $BROKER_IMAGE, $PGBOUNCER_IMAGE, $CHARGES_IMAGE)"
 compose up --detach --no-build
 api="http://127.0.0.1:$API_PORT"
 wait_until 60 "the API's /readyz" http_ok "$api/readyz"
@@ -86,6 +87,13 @@ echo "  $response"
 charge="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["id"])' "$response")"
 event="$(psql_in "SELECT id FROM outbox WHERE aggregate_id = '$charge'")"
 echo "  charge $charge, event $event"
+
+# The pooler is in the path: Postgres has sessions from PgBouncer and none from the API.
+address() { engine inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$(compose ps -q "$1")"; }
+sessions_from() { psql_in "SELECT count(*) FROM pg_stat_activity WHERE client_addr = '$(address "$1")'"; }
+echo "== sessions on Postgres: $(sessions_from pgbouncer) from PgBouncer, $(sessions_from api) from the API"
+[ "$(sessions_from pgbouncer)" -gt 0 ] && [ "$(sessions_from api)" = 0 ] \
+  || { echo "the API does not reach Postgres through PgBouncer" >&2; exit 1; }
 
 sql_in_is() { [ "$(psql_in "$2")" = "$1" ]; }
 applied() { compose logs --no-color consumer 2>&1 | grep "event applied" | grep -c "id=$event"; }

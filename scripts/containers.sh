@@ -11,7 +11,7 @@
 # Subcommands:
 #   kind                 prints podman or docker
 #   name WHAT            prints the image deploy/images.env names WHAT (BASE, POSTGRES,
-#                        BROKER, CHARGES) for this kind
+#                        BROKER, PGBOUNCER, CHARGES) for this kind
 #   deps                 installs what the kind needs (once; cheap when present), then `images`
 #   images               the service images of deploy/images.env: built (podman, cached by
 #                        recipe) or pulled (docker)
@@ -42,7 +42,7 @@ kind() {
   fi
 }
 
-# image NAME: the image deploy/images.env names NAME (BASE, POSTGRES, BROKER, CHARGES) for this kind.
+# image NAME: the image deploy/images.env names NAME (BASE, POSTGRES, BROKER, PGBOUNCER, CHARGES) for this kind.
 image() {
   local key
   key="$(kind)_$1_IMAGE"
@@ -113,7 +113,7 @@ build_local() {
   [ "$(built_recipe "$name")" = "$recipe" ] && return 0
   echo "containers: building $name"
   context="$(mktemp -d)"
-  cp "$@" "$context/"
+  [ $# -eq 0 ] || cp "$@" "$context/"
   podman build --network host --build-arg "BASE=$(image BASE)" \
     --label "charges.recipe=$recipe" -f "$containerfile" -t "$name" "$context" >"$context.log" 2>&1 \
     || { tail -n 30 "$context.log" >&2; exit 1; }
@@ -125,6 +125,8 @@ images() {
     for name in BASE POSTGRES BROKER; do
       docker image inspect "$(image "$name")" >/dev/null 2>&1 || docker pull "$(image "$name")"
     done
+    docker build --build-arg "BASE=$(image BASE)" -t "$(image PGBOUNCER)" \
+      -f "$root/deploy/podman/pgbouncer.Containerfile" "$root/deploy/podman"
     return 0
   fi
   local base recipe
@@ -153,6 +155,7 @@ images() {
   [ -x "$tansu" ] || { echo "containers: tansu is missing (make deps installs it)" >&2; exit 1; }
   build_local "$(image BROKER)" "$root/deploy/podman/tansu.Containerfile" \
     "$tansu" "$root/deploy/podman/tansu-entrypoint.sh"
+  build_local "$(image PGBOUNCER)" "$root/deploy/podman/pgbouncer.Containerfile"
 }
 
 # The application image. podman: the runtime stage on the local base, with the binaries of
@@ -244,7 +247,7 @@ leaks() {
 
 case "${1:-}" in
   kind) kind ;;
-  name) image "${2:?usage: $0 name BASE|POSTGRES|BROKER|CHARGES}" ;;
+  name) image "${2:?usage: $0 name BASE|POSTGRES|BROKER|PGBOUNCER|CHARGES}" ;;
   deps) deps ;;
   images) images ;;
   image) app_image ;;

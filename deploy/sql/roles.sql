@@ -24,6 +24,17 @@ CREATE ROLE charges_migrator LOGIN;
 CREATE ROLE charges_api LOGIN;
 CREATE ROLE charges_relay LOGIN;
 
+-- Behind a transaction pooler (deploy/k8s: PgBouncer) the binaries cannot send their
+-- timeouts with the connection, so the roles carry them, and each binary refuses to
+-- start if they are missing or looser than its own: the API's --db-statement-timeout
+-- (5s) and twice that, the relay's --publish-timeout + 2s (7s) and twice that
+-- (docs/operations.md, "Connection pooling"). Raise them here with those flags. A
+-- direct connection sends its own, which take precedence.
+ALTER ROLE charges_api SET statement_timeout = '5s';
+ALTER ROLE charges_api SET idle_in_transaction_session_timeout = '10s';
+ALTER ROLE charges_relay SET statement_timeout = '7s';
+ALTER ROLE charges_relay SET idle_in_transaction_session_timeout = '14s';
+
 -- The migrator owns the schema, hence every object the migrations create in it. No
 -- one else may create anything there (PostgreSQL 15+ already revokes CREATE from
 -- PUBLIC; older versions do not).

@@ -60,7 +60,7 @@ pub fn engine() -> Engine {
     }
 }
 
-/// The image `deploy/images.env` names `what` (`BASE`, `POSTGRES`, `BROKER`, `CHARGES`)
+/// The image `deploy/images.env` names `what` (`BASE`, `POSTGRES`, `BROKER`, `PGBOUNCER`, `CHARGES`)
 /// for this engine.
 pub fn image(what: &str) -> String {
     let kind = match engine() {

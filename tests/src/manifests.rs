@@ -53,3 +53,57 @@ pub fn deployments_running(binary: &str) -> Vec<Value> {
         })
         .collect()
 }
+
+/// A PgBouncer ini file (`deploy/k8s/pgbouncer-configmap.yaml`, `deploy/compose/`): its
+/// `[pgbouncer]` settings, and its `[databases]` entries with their connection strings
+/// split into `key=value` pairs.
+#[derive(Debug, Default)]
+pub struct PgBouncerIni {
+    pub settings: std::collections::BTreeMap<String, String>,
+    pub databases: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+}
+
+impl PgBouncerIni {
+    pub fn parse(text: &str) -> PgBouncerIni {
+        let mut ini = PgBouncerIni::default();
+        let mut section = String::new();
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name.to_owned();
+                continue;
+            }
+            let (key, value) = line
+                .split_once('=')
+                .unwrap_or_else(|| panic!("pgbouncer.ini: not `key = value`: {line}"));
+            let (key, value) = (key.trim().to_owned(), value.trim().to_owned());
+            match section.as_str() {
+                "databases" => {
+                    let pairs = value
+                        .split_whitespace()
+                        .map(|pair| {
+                            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                            (k.to_owned(), v.to_owned())
+                        })
+                        .collect();
+                    ini.databases.insert(key, pairs);
+                }
+                "pgbouncer" => {
+                    ini.settings.insert(key, value);
+                }
+                other => panic!("pgbouncer.ini: unexpected section [{other}]"),
+            }
+        }
+        ini
+    }
+
+    /// A `[pgbouncer]` setting as a number.
+    pub fn number(&self, key: &str) -> u64 {
+        self.settings
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("pgbouncer.ini: {key} is not a number"))
+    }
+}

@@ -12,8 +12,11 @@ use charges_tests::containers::{
     self, Network, Services, assert_charges_image_exists, charges, cli, exec, logs, podman_only,
     start_on, wait_for_200,
 };
-use charges_tests::manifests::{deployments_running, documents, kustomization_entries, repo};
-use charges_tests::{DEADLINE, new_key, poll_until, poll_within};
+use charges_tests::manifests::{
+    PgBouncerIni, deployments_running, documents, kustomization_entries, repo,
+};
+use charges_tests::pgbouncer::bound_server_sessions;
+use charges_tests::{DEADLINE, TestDb, new_key, poll_until, poll_within};
 use serde_json::{Value, json};
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerAsync, GenericImage, ImageExt};
@@ -189,108 +192,131 @@ impl Drop for KubeDown {
     }
 }
 
+/// What the rendered manifests point at: the test's services, and what the test makes
+/// up for the Secrets.
+struct Rendering<'a> {
+    s: &'a Services,
+    api_key: String,
+    /// The test's Postgres user and its password at PgBouncer (its userlist.txt).
+    user: String,
+    password: String,
+    /// PgBouncer's first pod, as the pods on the network reach it (podman plays no
+    /// Service), and the database name it serves.
+    pooler_host: String,
+    pooled_database: String,
+    /// The file PgBouncer's ini reads the passwords from.
+    auth_file: String,
+}
+
+impl<'a> Rendering<'a> {
+    fn new(s: &'a Services) -> Rendering<'a> {
+        let [pgbouncer] = &deployments_running("pgbouncer")[..] else {
+            panic!("deploy/k8s has not one PgBouncer Deployment");
+        };
+        let ini = pgbouncer_ini();
+        let pooled_database = ini.databases.keys().next().expect("a [databases] entry");
+        let server: tokio_postgres::Config = s.inside_url.parse().expect("the inside URL");
+        Rendering {
+            s,
+            api_key: Uuid::new_v4().simple().to_string(),
+            user: server.get_user().expect("a user").to_owned(),
+            password: Uuid::new_v4().simple().to_string(),
+            pooler_host: format!(
+                "{}-pod-0",
+                pgbouncer["metadata"]["name"].as_str().expect("name")
+            ),
+            pooled_database: pooled_database.clone(),
+            auth_file: ini.settings["auth_file"].clone(),
+        }
+    }
+
+    /// The URL a container with `DB_POOLER=transaction` gets: PgBouncer's.
+    fn pooled_url(&self) -> String {
+        format!(
+            "postgres://{}:{}@{}:5432/{}",
+            self.user, self.password, self.pooler_host, self.pooled_database
+        )
+    }
+
+    /// PgBouncer's ini with the test's Postgres behind it, without TLS (the test's
+    /// Postgres has none): each `[databases]` entry's host and dbname replaced, the
+    /// `server_tls_*` settings commented out.
+    fn pgbouncer_ini(&self, ini: &str) -> String {
+        let server: tokio_postgres::Config = self.s.inside_url.parse().expect("inside URL");
+        let host = match server.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+            other => panic!("the inside URL's host: {other:?}"),
+        };
+        let dbname = server.get_dbname().expect("a database");
+        let mut section = "";
+        let mut lines = Vec::new();
+        for line in ini.lines() {
+            let trimmed = line.trim();
+            if trimmed.starts_with('[') {
+                section = trimmed;
+            } else if trimmed.starts_with("server_tls_") {
+                lines.push(format!("; {line}"));
+                continue;
+            } else if let Some((name, entry)) = line.split_once('=')
+                && section == "[databases]"
+                && !trimmed.starts_with(';')
+            {
+                let entry: Vec<String> = entry
+                    .split_whitespace()
+                    .map(|pair| match pair.split_once('=') {
+                        Some(("host", _)) => format!("host={host}"),
+                        Some(("dbname", _)) => format!("dbname={dbname}"),
+                        _ => pair.to_owned(),
+                    })
+                    .collect();
+                lines.push(format!("{name}= {}", entry.join(" ")));
+                continue;
+            }
+            lines.push(line.to_owned());
+        }
+        lines.join("\n") + "\n"
+    }
+}
+
+/// The ini of deploy/k8s's PgBouncer ConfigMap.
+fn pgbouncer_ini() -> PgBouncerIni {
+    kustomization_entries(&repo().join("deploy/k8s"))
+        .iter()
+        .flat_map(|path| documents(path))
+        .filter(|doc| doc["kind"] == "ConfigMap")
+        .find_map(|doc| {
+            doc["data"]["pgbouncer.ini"]
+                .as_str()
+                .map(PgBouncerIni::parse)
+        })
+        .expect("a ConfigMap with pgbouncer.ini")
+}
+
 /// deploy/k8s as podman 4.3 can play it: the ConfigMaps (broker and topic replaced by
-/// the test's) and the Deployments (image replaced by the local one; secret volumes
-/// marked `optional: false`, without which podman 4.3 crashes, and their octal modes as
-/// numbers; probes on port numbers and no `ports`, which podman 4.3 would publish on the
-/// host); everything else is
-/// dropped and named in the returned list. Also returns each Secret the Deployments
-/// read: database URLs point at the test database, a file mounted from a secret and
-/// named by an environment variable gets one API key.
-fn render_for_podman(
-    s: &Services,
-    api_key: &str,
-) -> (String, BTreeMap<String, Secret>, Vec<String>) {
+/// the test's, PgBouncer's Postgres by the test's) and the Deployments (images replaced
+/// by the local ones; secret volumes marked `optional: false`, without which podman 4.3
+/// crashes, and their octal modes as numbers; probes on port numbers and no `ports`,
+/// which podman 4.3 would publish on the host); everything else is dropped and named in
+/// the returned list. Also returns each Secret the Deployments read: a pooled container's
+/// DATABASE_URL points at PgBouncer's first pod, every other database URL at the test
+/// database; a file mounted from a secret gets one API key if an environment variable
+/// names it, the test user's password if it is PgBouncer's auth_file.
+fn render_for_podman(r: &Rendering) -> (String, BTreeMap<String, Secret>, Vec<String>) {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     let mut secrets: BTreeMap<String, Secret> = BTreeMap::new();
-    let image = containers::image("CHARGES");
     for path in kustomization_entries(&repo().join("deploy/k8s")) {
         for mut doc in documents(&path) {
-            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-            match kind.as_str() {
+            match doc["kind"].as_str().unwrap_or_default() {
                 "ConfigMap" => {
-                    let data = doc["data"].as_object_mut().expect("ConfigMap data");
-                    if data.contains_key("KAFKA_BROKERS") {
-                        data.insert("KAFKA_BROKERS".into(), json!(s.inside_brokers));
-                    }
-                    if data.contains_key("KAFKA_TOPIC") {
-                        data.insert("KAFKA_TOPIC".into(), json!(s.kafka.topic));
-                    }
+                    render_config(&mut doc, r);
                     kept.push(doc);
                 }
                 "Deployment" => {
-                    let spec = &mut doc["spec"]["template"]["spec"];
-                    let mut mounts = BTreeMap::new();
-                    for volume in spec["volumes"].as_array_mut().into_iter().flatten() {
-                        let name = volume["name"].as_str().unwrap_or_default().to_owned();
-                        if let Some(secret) = volume["secret"].as_object_mut() {
-                            secret.insert("optional".into(), json!(false));
-                            // `0440` is octal to Kubernetes (YAML 1.1), a string to our parser.
-                            if let Some(mode) = secret.get("defaultMode").and_then(Value::as_str) {
-                                let mode = u32::from_str_radix(mode, 8).expect("an octal mode");
-                                secret.insert("defaultMode".into(), json!(mode));
-                            }
-                            let secret_name = secret["secretName"].as_str().unwrap_or_default();
-                            mounts.insert(name, secret_name.to_owned());
-                        }
-                    }
-                    for container in spec["containers"].as_array_mut().expect("containers") {
-                        container["image"] = json!(image);
-                        // podman 4.3 publishes every containerPort on the host at the same
-                        // number (replicas collide): probes get the numbers, ports go.
-                        for probe in ["readinessProbe", "livenessProbe"] {
-                            if container[probe]["httpGet"].is_object() {
-                                let port =
-                                    probe_port(container, &container[probe]["httpGet"]["port"]);
-                                container[probe]["httpGet"]["port"] = json!(port);
-                            }
-                        }
-                        if let Some(c) = container.as_object_mut() {
-                            c.remove("ports");
-                        }
-                        // The test creates no optional Secret (e.g. charges-kafka, for
-                        // SASL settings): Kubernetes then leaves the variable unset, and
-                        // so does this rendering.
-                        if let Some(env) = container["env"].as_array_mut() {
-                            env.retain(|e| {
-                                e["valueFrom"]["secretKeyRef"]["optional"] != json!(true)
-                            });
-                        }
-                        for env in container["env"].as_array().into_iter().flatten() {
-                            if let Some(reference) = env["valueFrom"]["secretKeyRef"].as_object() {
-                                let key = reference["key"].as_str().unwrap_or_default();
-                                assert!(key.contains("database-url"), "unknown secret {key}");
-                                secrets
-                                    .entry(reference["name"].as_str().unwrap_or_default().into())
-                                    .or_default()
-                                    .values
-                                    .insert(key.into(), s.inside_url.clone());
-                            }
-                        }
-                        for mount in container["volumeMounts"].as_array().into_iter().flatten() {
-                            let Some(secret) = mounts.get(mount["name"].as_str().unwrap_or(""))
-                            else {
-                                continue;
-                            };
-                            let dir = mount["mountPath"].as_str().unwrap_or_default();
-                            for env in container["env"].as_array().into_iter().flatten() {
-                                if let Some(file) = env["value"]
-                                    .as_str()
-                                    .and_then(|v| v.strip_prefix(&format!("{dir}/")))
-                                {
-                                    let secret = secrets.entry(secret.clone()).or_default();
-                                    secret.mounted = true;
-                                    secret
-                                        .values
-                                        .insert(file.into(), format!("kube-test:{api_key}"));
-                                }
-                            }
-                        }
-                    }
+                    render_deployment(&mut doc, r, &mut secrets);
                     kept.push(doc);
                 }
-                _ => dropped.push(format!(
+                kind => dropped.push(format!(
                     "{kind}/{}",
                     doc["metadata"]["name"].as_str().unwrap_or_default()
                 )),
@@ -303,6 +329,127 @@ fn render_for_podman(
         .collect::<Vec<_>>()
         .join("---\n");
     (yaml, secrets, dropped)
+}
+
+fn render_config(doc: &mut Value, r: &Rendering) {
+    let data = doc["data"].as_object_mut().expect("ConfigMap data");
+    if data.contains_key("KAFKA_BROKERS") {
+        data.insert("KAFKA_BROKERS".into(), json!(r.s.inside_brokers));
+    }
+    if data.contains_key("KAFKA_TOPIC") {
+        data.insert("KAFKA_TOPIC".into(), json!(r.s.kafka.topic));
+    }
+    if let Some(ini) = data.get("pgbouncer.ini").and_then(Value::as_str) {
+        let ini = r.pgbouncer_ini(ini);
+        data.insert("pgbouncer.ini".into(), json!(ini));
+    }
+}
+
+/// The local image of a manifest's image name (kustomization.yaml `images`).
+fn local_image(name: &str) -> String {
+    match name {
+        "charges" => containers::image("CHARGES"),
+        "charges-pgbouncer" => containers::image("PGBOUNCER"),
+        other => panic!("no local image for {other}"),
+    }
+}
+
+fn render_deployment(doc: &mut Value, r: &Rendering, secrets: &mut BTreeMap<String, Secret>) {
+    let spec = &mut doc["spec"]["template"]["spec"];
+    let mut mounts = BTreeMap::new();
+    for volume in spec["volumes"].as_array_mut().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default().to_owned();
+        if let Some(secret) = volume["secret"].as_object_mut() {
+            secret.insert("optional".into(), json!(false));
+            // `0440` is octal to Kubernetes (YAML 1.1), a string to our parser.
+            if let Some(mode) = secret.get("defaultMode").and_then(Value::as_str) {
+                let mode = u32::from_str_radix(mode, 8).expect("an octal mode");
+                secret.insert("defaultMode".into(), json!(mode));
+            }
+            let secret_name = secret["secretName"].as_str().unwrap_or_default();
+            mounts.insert(name, secret_name.to_owned());
+        }
+    }
+    for container in spec["containers"].as_array_mut().expect("containers") {
+        let image = local_image(container["image"].as_str().expect("an image"));
+        container["image"] = json!(image);
+        // podman 4.3 publishes every containerPort on the host at the same number
+        // (replicas collide): probes get the numbers, ports go.
+        for probe in ["readinessProbe", "livenessProbe"] {
+            for action in ["httpGet", "tcpSocket"] {
+                if container[probe][action].is_object() {
+                    let port = probe_port(container, &container[probe][action]["port"]);
+                    container[probe][action]["port"] = json!(port);
+                }
+            }
+        }
+        if let Some(c) = container.as_object_mut() {
+            c.remove("ports");
+        }
+        // The test creates no optional Secret (e.g. charges-kafka, for SASL settings):
+        // Kubernetes then leaves the variable unset, and so does this rendering.
+        if let Some(env) = container["env"].as_array_mut() {
+            env.retain(|e| e["valueFrom"]["secretKeyRef"]["optional"] != json!(true));
+        }
+        secret_urls(container, r, secrets);
+        secret_files(container, &mounts, r, secrets);
+    }
+}
+
+/// The database URLs a container reads from Secrets.
+fn secret_urls(container: &Value, r: &Rendering, secrets: &mut BTreeMap<String, Secret>) {
+    let env = container["env"].as_array().cloned().unwrap_or_default();
+    let pooled = env
+        .iter()
+        .any(|e| e["name"] == "DB_POOLER" && e["value"] == "transaction");
+    for variable in &env {
+        let Some(reference) = variable["valueFrom"]["secretKeyRef"].as_object() else {
+            continue;
+        };
+        let key = reference["key"].as_str().unwrap_or_default();
+        assert!(key.contains("database-url"), "unknown secret {key}");
+        let url = if pooled && variable["name"] == "DATABASE_URL" {
+            r.pooled_url()
+        } else {
+            r.s.inside_url.clone()
+        };
+        secrets
+            .entry(reference["name"].as_str().unwrap_or_default().into())
+            .or_default()
+            .values
+            .insert(key.into(), url);
+    }
+}
+
+/// The files a container reads from mounted Secrets.
+fn secret_files(
+    container: &Value,
+    mounts: &BTreeMap<String, String>,
+    r: &Rendering,
+    secrets: &mut BTreeMap<String, Secret>,
+) {
+    let userlist = format!("\"{}\" \"{}\"\n", r.user, r.password);
+    let api_keys = format!("kube-test:{}", r.api_key);
+    let env_paths = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["value"].as_str())
+        .map(|path| (path.to_owned(), api_keys.clone()));
+    let files: Vec<(String, String)> = env_paths.chain([(r.auth_file.clone(), userlist)]).collect();
+    for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+        let Some(secret) = mounts.get(mount["name"].as_str().unwrap_or("")) else {
+            continue;
+        };
+        let dir = mount["mountPath"].as_str().unwrap_or_default();
+        for (path, contents) in &files {
+            if let Some(file) = path.strip_prefix(&format!("{dir}/")) {
+                let secret = secrets.entry(secret.clone()).or_default();
+                secret.mounted = true;
+                secret.values.insert(file.into(), contents.clone());
+            }
+        }
+    }
 }
 
 /// A Secret the Deployments read: through `secretKeyRef`, or mounted as files.
@@ -359,31 +506,10 @@ fn probe_port(container: &Value, port: &Value) -> u64 {
     })
 }
 
-#[tokio::test]
-async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube_play() {
-    if !podman_only("the kube play test") {
-        return;
-    }
-    assert_charges_image_exists().await;
-    let network = Network::create("kube").await;
-    let s = Services::start(&network, &network).await;
-    let api_key = Uuid::new_v4().simple().to_string();
-    let (yaml, secrets, dropped) = render_for_podman(&s, &api_key);
-    eprintln!("kube play: not played (podman 4.3 does not run them): {dropped:?}");
-    let (file, mut handle) = tempfile("kube.yaml");
-    std::io::Write::write_all(&mut handle, yaml.as_bytes()).expect("write the manifests");
-    let _down = KubeDown {
-        file: file.clone(),
-        secrets: secrets.keys().cloned().collect(),
-    };
-    for (name, values) in &secrets {
-        create_secret(name, values);
-    }
-    let file_arg = file.to_str().expect("a UTF-8 path");
-    cli(&["kube", "play", "--network", &network.name, file_arg]);
-
-    let rendered: Vec<Value> = documents(&file);
-    let mut api_url = None;
+/// Every replica of every played Deployment runs and answers its `httpGet` probes;
+/// returns the pods' addresses on `network` by the command their container runs.
+async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, Vec<String>> {
+    let mut addresses: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for deployment in rendered.iter().filter(|d| d["kind"] == "Deployment") {
         let name = deployment["metadata"]["name"].as_str().expect("name");
         let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
@@ -428,20 +554,65 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
                         cli(&["logs", &id])
                     );
                 }
-                if container["command"][0] == "charges-api" && api_url.is_none() {
-                    api_url = Some(format!("http://{ip}:8080"));
-                }
+                let command = container["command"][0].as_str().unwrap_or_default();
+                addresses
+                    .entry(command.to_owned())
+                    .or_default()
+                    .push(ip.to_owned());
             }
         }
     }
+    addresses
+}
+
+/// Postgres's sessions on `db` from `addresses`.
+async fn sessions_from(db: &TestDb, addresses: &[String]) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND host(client_addr) = ANY($1)",
+            &[&addresses],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
+/// deploy/k8s with PgBouncer in the path: the API and the relays' pools reach Postgres
+/// through PgBouncer's pods (whose server sessions carry the roles' timeouts, here the
+/// database's), the relays LISTEN on Postgres directly.
+#[tokio::test]
+async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube_play() {
+    if !podman_only("the kube play test") {
+        return;
+    }
+    assert_charges_image_exists().await;
+    let network = Network::create("kube").await;
+    let s = Services::start(&network, &network).await;
+    bound_server_sessions(&s.db, Duration::from_secs(5), Duration::from_secs(10)).await;
+    let rendering = Rendering::new(&s);
+    let (yaml, secrets, dropped) = render_for_podman(&rendering);
+    eprintln!("kube play: not played (podman 4.3 does not run them): {dropped:?}");
+    let (file, mut handle) = tempfile("kube.yaml");
+    std::io::Write::write_all(&mut handle, yaml.as_bytes()).expect("write the manifests");
+    let _down = KubeDown {
+        file: file.clone(),
+        secrets: secrets.keys().cloned().collect(),
+    };
+    for (name, values) in &secrets {
+        create_secret(name, values);
+    }
+    let file_arg = file.to_str().expect("a UTF-8 path");
+    cli(&["kube", "play", "--network", &network.name, file_arg]);
+    let pods = check_pods(&documents(&file), &network).await;
 
     // They serve: the API takes a charge (with the API key of the mounted secret) and a
     // relay pod publishes its event.
-    let api_url = api_url.expect("an API pod");
+    let api_url = format!("http://{}:8080", pods["charges-api"][0]);
     let response = reqwest::Client::new()
         .post(format!("{api_url}/charges"))
         .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {api_key}"))
+        .header("authorization", format!("Bearer {}", rendering.api_key))
         .header("idempotency-key", new_key())
         .body(r#"{"amountCents":4900,"currency":"EUR"}"#)
         .timeout(Duration::from_secs(30))
@@ -455,4 +626,15 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
         "a relay pod publishes the charge's event",
     )
     .await;
+
+    // Through the pooler: Postgres has sessions from PgBouncer, none from the API pods,
+    // and from each relay pod only its LISTEN session.
+    assert!(sessions_from(&s.db, &pods["pgbouncer"]).await > 0);
+    assert_eq!(sessions_from(&s.db, &pods["charges-api"]).await, 0);
+    let relays = &pods["charges-relay"];
+    assert_eq!(
+        sessions_from(&s.db, relays).await,
+        relays.len() as i64,
+        "one LISTEN session per relay"
+    );
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use charges_tests::manifests::{documents, kustomization_entries, repo};
+use charges_tests::manifests::{PgBouncerIni, documents, kustomization_entries, repo};
 use serde_json::Value;
 
 #[test]
@@ -488,37 +488,133 @@ fn number(value: &Value, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("{what} is not a number: {value}"))
 }
 
-/// Every connection the deployment can open at once fits in Postgres's default
-/// `max_connections`, with the rollout surge, the migrate Job and room for the
-/// superuser and operators (the budget is written out in configmap.yaml).
+/// The environment variable `name` of a Deployment's or Job's first container: its
+/// literal value, `secret:<key>` for a Secret's key, or None.
+fn container_env(manifest: &Value, name: &str) -> Option<String> {
+    let container = &manifest["spec"]["template"]["spec"]["containers"][0];
+    let env = container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)?;
+    match env["value"].as_str() {
+        Some(value) => Some(value.to_owned()),
+        None => env["valueFrom"]["secretKeyRef"]["key"]
+            .as_str()
+            .map(|key| format!("secret:{key}")),
+    }
+}
+
+/// The pods a Deployment can run at once: its replicas plus a rollout's surge (25 %,
+/// rounded up, without a strategy).
+fn pods_at_most(deployment: &Value, replicas: u64, what: &str) -> u64 {
+    let surge = &deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"];
+    let surge = if surge.is_null() {
+        replicas.div_ceil(4)
+    } else {
+        number(surge, &format!("{what} maxSurge"))
+    };
+    replicas + surge
+}
+
+/// The connection budget (docs/operations.md, "Connection budget"), from the manifests.
+/// Postgres sees PgBouncer's server connections (`max_db_connections` per pod, every
+/// pod of a surging rollout) and what connects to it directly: one LISTEN session per
+/// relay, the migrate Job, the superuser's reserve and operators. No term depends on
+/// the API's HPA, and the sum fits `max_connections`. What the pods open as clients (HPA
+/// max × DB_POOL_SIZE, the relays' pools) would not fit without the pooler, and fits
+/// `max_client_conn` of a single PgBouncer pod (a client stays on the pod it reached).
 #[test]
 fn connection_budget_fits_max_connections() {
     const MAX_CONNECTIONS: u64 = 100;
     const RESERVED_AND_OPERATORS: u64 = 3 + 5;
     const MIGRATE: u64 = 2;
     // charges-relay's pool (`connect` in crates/charges-relay/src/lib.rs): one
-    // connection per batch loop + 4 (jobs, probes), plus its LISTEN session.
-    const RELAY_EXTRA: u64 = 4 + 1;
+    // connection per batch loop + 4 (jobs, probes), through the pooler; its LISTEN
+    // session on Postgres itself.
+    const RELAY_POOLED_EXTRA: u64 = 4;
+    const RELAY_LISTEN: u64 = 1;
+
+    // The routing the budget assumes: the API and the relays' pools through the pooler,
+    // the LISTEN sessions and the Job direct.
+    let api = k8s("api-deployment.yaml");
+    let relay = k8s("relay-deployment.yaml");
+    let job = k8s("migrate-job.yaml");
+    for (what, manifest) in [("API", &api), ("relay", &relay)] {
+        assert_eq!(
+            container_env(manifest, "DB_POOLER").as_deref(),
+            Some("transaction"),
+            "the {what} goes through the pooler"
+        );
+    }
+    assert!(
+        container_env(&relay, "LISTEN_DATABASE_URL").is_some(),
+        "the relays LISTEN on Postgres directly"
+    );
+    assert_eq!(
+        container_env(&job, "DB_POOLER"),
+        None,
+        "the Job migrates directly"
+    );
+
+    let ini = PgBouncerIni::parse(
+        k8s("pgbouncer-configmap.yaml")["data"]["pgbouncer.ini"]
+            .as_str()
+            .expect("pgbouncer.ini in the ConfigMap"),
+    );
+    assert_eq!(ini.settings["pool_mode"], "transaction");
+    assert!(!ini.databases.is_empty(), "no [databases] entry");
+    let per_pooler: u64 = ini
+        .databases
+        .iter()
+        .map(|(name, entry)| {
+            let limit = entry.get("max_db_connections").unwrap_or_else(|| {
+                panic!("database {name}: no max_db_connections, so no bound on Postgres")
+            });
+            number(&Value::from(limit.as_str()), "max_db_connections")
+        })
+        .sum();
+    let pgbouncer = k8s("pgbouncer-deployment.yaml");
+    let poolers = pods_at_most(
+        &pgbouncer,
+        number(&pgbouncer["spec"]["replicas"], "PgBouncer replicas"),
+        "PgBouncer",
+    );
+    let relays = pods_at_most(
+        &relay,
+        number(&relay["spec"]["replicas"], "relay replicas"),
+        "relay",
+    );
+    let direct = relays * RELAY_LISTEN + MIGRATE + RESERVED_AND_OPERATORS;
+    let server = poolers * per_pooler + direct;
+    assert!(
+        server <= MAX_CONNECTIONS,
+        "Postgres can see {server} connections ({poolers} PgBouncer pods × {per_pooler} + \
+         {direct} direct), over max_connections {MAX_CONNECTIONS}"
+    );
+
     let config = &k8s("configmap.yaml")["data"];
     let pool = number(&config["DB_POOL_SIZE"], "DB_POOL_SIZE");
     let concurrency = number(&config["RELAY_CONCURRENCY"], "RELAY_CONCURRENCY");
     let api_max = number(&k8s("api-hpa.yaml")["spec"]["maxReplicas"], "maxReplicas");
-    let api = k8s("api-deployment.yaml");
-    let api_surge = number(
-        &api["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
-        "API maxSurge",
-    );
-    let relay = k8s("relay-deployment.yaml");
-    let relays = number(&relay["spec"]["replicas"], "relay replicas");
-    // A Deployment without a strategy surges by 25 %, rounded up.
-    let relay_surge = relays.div_ceil(4);
-    let total = (api_max + api_surge) * pool
-        + (relays + relay_surge) * (concurrency + RELAY_EXTRA)
-        + MIGRATE
-        + RESERVED_AND_OPERATORS;
+    let api_pods = pods_at_most(&api, api_max, "API");
+    let clients = api_pods * pool + relays * (concurrency + RELAY_POOLED_EXTRA);
     assert!(
-        total <= MAX_CONNECTIONS,
-        "the deployment can open {total} connections, over max_connections {MAX_CONNECTIONS}"
+        clients + direct > MAX_CONNECTIONS,
+        "without the pooler the deployment would open {} connections, which fit \
+         max_connections {MAX_CONNECTIONS}: the budget proves nothing about the pooler",
+        clients + direct
+    );
+    let max_client_conn = ini.number("max_client_conn");
+    assert!(
+        clients <= max_client_conn,
+        "{clients} pooled clients can reach one PgBouncer pod, over its max_client_conn \
+         {max_client_conn}"
+    );
+    eprintln!(
+        "Postgres: {server} of {MAX_CONNECTIONS} ({poolers} × {per_pooler} via PgBouncer + \
+         {direct} direct); clients of PgBouncer: {clients} (≤ max_client_conn \
+         {max_client_conn}); without it: {}",
+        clients + direct
     );
 }
 
