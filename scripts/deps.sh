@@ -85,7 +85,7 @@ fi
 
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
 if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
-  && command -v cmake pg_isready cargo-nextest tansu >/dev/null 2>&1; then
+  && command -v cmake pg_isready cargo-nextest tansu pgbouncer >/dev/null 2>&1; then
   ensure_postgres
   exit 0
 fi
@@ -93,6 +93,9 @@ fi
 build_needs
 # The chaos and TLS tests start Postgres servers of their own and issue certificates.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# The pooler tests (tests/tests/pooler.rs) put Debian's PgBouncer in front of Postgres.
+# Installing the package starts no daemon here; the tests run their own.
+command -v pgbouncer >/dev/null 2>&1 || need_apt+=(pgbouncer)
 # kubernetes-validate (below) checks deploy/k8s against the Kubernetes schemas in make test.
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
