@@ -74,6 +74,8 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
         STANDBY_TIMEOUTS,
         "Batches rolled back because the standbys did not confirm their WAL in time"
     );
+    // Exported from the start, so that an alert on its increase has a series to read.
+    metrics::counter!(STANDBY_TIMEOUTS).increment(0);
     metrics::describe_gauge!(
         LISTENER_CONNECTED,
         "1 while a LISTEN session wakes this relay, 0 while it only polls"
