@@ -252,3 +252,108 @@ async fn with_an_asynchronous_standby_the_gate_publishes_no_event_the_failover_l
     }
     assert_eq!(reader.with_id(&published.to_string()).len(), 1);
 }
+
+/// One client's charges under load: each key retried while the answer is a 503 (the
+/// failover in progress); returns the keys answered 201.
+async fn client_charges(api: &TestApi, charges: usize) -> Vec<String> {
+    let mut acknowledged = Vec::new();
+    for _ in 0..charges {
+        let key = new_key();
+        let (status, _) = charge_until_answered(api, &key).await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "only 201 or 503 under a failover"
+        );
+        acknowledged.push(key);
+    }
+    acknowledged
+}
+
+/// The primary crashes (`pg_ctl stop -m immediate`) while eight clients charge; the
+/// synchronous standby is promoted and given a standby of its own. Every charge answered
+/// 201 is on the new primary, every event on the topic is one the new primary has, every
+/// event the new primary has is published, and neither the API nor the relays were
+/// restarted.
+#[tokio::test]
+async fn a_crash_failover_under_load_loses_nothing_acknowledged_and_publishes_no_ghost() {
+    let primary = TestCluster::start().await;
+    let standby = primary.start_standby("s1").await;
+    let db = TestDb::new_on(&primary.url).await;
+    primary.synchronous_standbys("s1").await;
+    primary.wait_for_standby("s1", "sync").await;
+    let url = multi_host_url(&primary, &standby, &db);
+    let kafka = TestKafka::new(3).await;
+    let api = TestApi::start_at(&url, &[]).await;
+    let relay_args = ["--database-url", url.as_str(), "--wait-for-standbys", "s1"];
+    let (mut relay_1, _) = start_relay(&db, &kafka, &relay_args).await;
+    let (mut relay_2, _) = start_relay(&db, &kafka, &relay_args).await;
+
+    let failover = async {
+        db.wait_for(
+            "SELECT count(*) >= 40 FROM charges",
+            &[],
+            "the load is under way",
+        )
+        .await;
+        primary.crash();
+        standby.promote();
+        standby.start_standby("s1").await
+    };
+    let (acknowledged, _new_standby) = tokio::join!(
+        futures::future::join_all((0..8).map(|_| client_charges(&api, 25))),
+        failover
+    );
+    let acknowledged: Vec<String> = acknowledged.concat();
+    let new_primary = charges_tests::connect(&standby.url_of(&db)).await;
+    let mut missing = Vec::new();
+    for key in &acknowledged {
+        if event_of_key(&standby.url_of(&db), key).await.is_none() {
+            missing.push(key.clone());
+        }
+    }
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+
+    let events: std::collections::BTreeSet<String> = new_primary
+        .query("SELECT id::text FROM outbox", &[])
+        .await
+        .expect("the new primary's outbox")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    poll_until("every event on the new primary is published", async || {
+        let pending: i64 = new_primary
+            .query_one(
+                "SELECT count(*) FROM outbox WHERE published_at IS NULL",
+                &[],
+            )
+            .await
+            .ok()?
+            .get(0);
+        (pending == 0).then_some(())
+    })
+    .await;
+    relay_1.stop().await;
+    relay_2.stop().await;
+    let mut reader = kafka.reader();
+    read_to_end(&kafka, &mut reader).await;
+    let published: std::collections::BTreeSet<String> = reader
+        .messages
+        .iter()
+        .filter_map(|m| m.header("id").map(str::to_owned))
+        .collect();
+    let ghosts: Vec<&String> = published.difference(&events).collect();
+    assert!(
+        ghosts.is_empty(),
+        "events for commits the new primary lacks: {ghosts:?}"
+    );
+    assert!(
+        events.is_subset(&published),
+        "an event of the new primary was never published"
+    );
+    println!(
+        "crash failover: {} charges acknowledged, {} events published, none lost",
+        acknowledged.len(),
+        published.len()
+    );
+}
