@@ -271,8 +271,9 @@ async fn client_charges(api: &TestApi, charges: usize) -> Vec<String> {
 }
 
 /// The primary crashes (`pg_ctl stop -m immediate`) while eight clients charge; the
-/// synchronous standby is promoted and given a standby of its own. Every charge answered
-/// 201 is on the new primary, every event on the topic is one the new primary has, every
+/// synchronous standby is promoted and given a standby of its own. `/readyz` says when
+/// no server takes writes, and when one does again; every charge answered 201 is on the
+/// new primary, every event on the topic is one the new primary has, every
 /// event the new primary has is published, and neither the API nor the relays were
 /// restarted.
 #[tokio::test]
@@ -297,7 +298,19 @@ async fn a_crash_failover_under_load_loses_nothing_acknowledged_and_publishes_no
         )
         .await;
         primary.crash();
+        // No writable server: the API says it is not ready, rather than half-serve.
+        poll_until(
+            "/readyz answers 503 without a writable primary",
+            async || {
+                (api.get("/readyz").await.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+            },
+        )
+        .await;
         standby.promote();
+        poll_until("/readyz answers 200 on the new primary", async || {
+            (api.get("/readyz").await.status() == StatusCode::OK).then_some(())
+        })
+        .await;
         standby.start_standby("s1").await
     };
     let (acknowledged, _new_standby) = tokio::join!(
