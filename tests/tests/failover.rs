@@ -49,6 +49,22 @@ async fn event_of_key(url: &str, key: &str) -> Option<Uuid> {
         .map(|row| row.get(0))
 }
 
+/// Waits until the outbox row `id` on the server `url` points at is published.
+async fn wait_published(url: &str, id: Uuid) {
+    let client = charges_tests::connect(url).await;
+    poll_until(&format!("event {id} is published on {url}"), async || {
+        client
+            .query_one(
+                "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .ok()
+            .and_then(|row| row.get::<_, bool>(0).then_some(()))
+    })
+    .await;
+}
+
 /// The API's session that waits for the synchronous standby, cancelled as an operator's
 /// watchdog would (`pg_cancel_backend`).
 async fn cancel_the_synchronous_wait(db: &TestDb) {
@@ -137,21 +153,7 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     let retried = event_of_key(&standby.url_of(&db), &key)
         .await
         .expect("the retry's event");
-    poll_until(
-        "the retry's event is published on the new primary",
-        async || {
-            charges_tests::connect(&standby.url_of(&db))
-                .await
-                .query_one(
-                    "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
-                    &[&retried],
-                )
-                .await
-                .ok()
-                .and_then(|row| row.get::<_, bool>(0).then_some(()))
-        },
-    )
-    .await;
+    wait_published(&standby.url_of(&db), retried).await;
     relay.stop().await;
 
     let mut reader = kafka.reader();
@@ -226,18 +228,7 @@ async fn with_an_asynchronous_standby_the_gate_publishes_no_event_the_failover_l
     let published = event_of_key(&standby.url_of(&db), &after)
         .await
         .expect("its event");
-    poll_until("the new primary's event is published", async || {
-        charges_tests::connect(&standby.url_of(&db))
-            .await
-            .query_one(
-                "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
-                &[&published],
-            )
-            .await
-            .ok()
-            .and_then(|row| row.get::<_, bool>(0).then_some(()))
-    })
-    .await;
+    wait_published(&standby.url_of(&db), published).await;
     relay.stop().await;
     let mut reader = kafka.reader();
     read_to_end(&kafka, &mut reader).await;
