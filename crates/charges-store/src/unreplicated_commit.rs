@@ -77,7 +77,7 @@ where
                 return;
             }
             Ok(AsyncMessage::Notice(notice)) => {
-                tracing::info!(severity = notice.severity(), notice = %notice.message(), "server notice");
+                tracing::debug!(severity = notice.severity(), notice = %notice.message(), "server notice");
             }
             Ok(_) => {}
             Err(error) => {
