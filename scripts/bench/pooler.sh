@@ -11,15 +11,17 @@
 #              (pool_mode = transaction, BENCH_PGBOUNCER_POOL server connections);
 #              target ≥ 0.85 of direct;
 #   previous   only with BENCH_PREVIOUS_API=<charges-api binary of an earlier build>:
-#              that API, direct, its own flags' defaults; direct / previous says
+#              that API, direct, with the same pool and workers; direct / previous says
 #              whether the direct path changed (target ≥ 0.95).
+# BENCH_POOLER_VARIANTS runs only some of them (direct always runs: it is the floor),
+# e.g. "direct previous" with more rounds to settle the direct path's figure alone.
 # Each round runs every variant, starting one further along the list each round, so
 # that no variant always runs first or last after the machine's other work.
 
 pooler_db=charges_bench_pooler
 
 stage_pooler() {
-  local clients
+  local clients variant
   command -v pgbouncer >/dev/null 2>&1 ||
     { echo "bench: the pooler stage needs pgbouncer (apt-get install pgbouncer)" >&2; exit 2; }
   pooler_direct_url=$(new_database "$pooler_db")
@@ -27,8 +29,15 @@ stage_pooler() {
     -c "ALTER DATABASE $pooler_db SET statement_timeout = '5s'" \
     -c "ALTER DATABASE $pooler_db SET idle_in_transaction_session_timeout = '10s'"
   start_pgbouncer
-  pooler_variants=(direct unnamed pgbouncer)
-  [ -z "${BENCH_PREVIOUS_API:-}" ] || pooler_variants+=(previous)
+  pooler_variants=(direct)
+  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer previous}; do
+    case "$variant" in
+      direct) ;;
+      unnamed | pgbouncer) pooler_variants+=("$variant") ;;
+      previous) [ -z "${BENCH_PREVIOUS_API:-}" ] || pooler_variants+=(previous) ;;
+      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer previous)" >&2; exit 2 ;;
+    esac
+  done
   section "new charges through PgBouncer vs direct (target ≥ 0.85)"
   for clients in 8 32; do
     pooler_clients "$clients"
@@ -95,40 +104,43 @@ pooler_clients() {
       pooler_run "$variant" "$clients"
     done
   done
-  local direct direct_p50 direct_p99 unnamed unnamed_p50 unnamed_p99 pooled pooled_p50 pooled_p99
-  read -r direct direct_p50 direct_p99 _ < <(pick "${runs_direct[@]}")
-  read -r unnamed unnamed_p50 unnamed_p99 _ < <(pick "${runs_unnamed[@]}")
-  read -r pooled pooled_p50 pooled_p99 _ < <(pick "${runs_pgbouncer[@]}")
-  local r_pooled r_unnamed r_bouncer
-  r_pooled=$(ratio "$pooled" "$direct"); r_unnamed=$(ratio "$unnamed" "$direct")
-  r_bouncer=$(ratio "$pooled" "$unnamed")
-  row "PgBouncer c=$clients|$pooled req/s p50 ${pooled_p50}ms p99 ${pooled_p99}ms|direct $direct req/s p99 ${direct_p99}ms|$r_pooled $(verdict "$r_pooled" 0.85)"
-  row "  direct, unnamed statements c=$clients|$unnamed req/s p50 ${unnamed_p50}ms p99 ${unnamed_p99}ms|direct $direct req/s|$r_unnamed"
-  row "  PgBouncer vs unnamed direct c=$clients|$pooled req/s|unnamed $unnamed req/s|$r_bouncer"
-  local previous_fields=()
-  [ ${#runs_previous[@]} -eq 0 ] || pooler_previous "$clients" "$direct" "${runs_previous[@]}"
+  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_previous
+  local p50_direct p50_unnamed p50_pgbouncer p50_previous p99_direct p99_unnamed p99_pgbouncer p99_previous
+  for variant in "${pooler_variants[@]}"; do
+    pooler_median "$variant"
+  done
+  if [ ${#runs_pgbouncer[@]} -gt 0 ]; then
+    r=$(ratio "$rps_pgbouncer" "$rps_direct")
+    row "PgBouncer c=$clients|$rps_pgbouncer req/s p50 ${p50_pgbouncer}ms p99 ${p99_pgbouncer}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
+    fields+=(ratio_to_direct="$r" target=0.85)
+  fi
+  if [ ${#runs_unnamed[@]} -gt 0 ]; then
+    r=$(ratio "$rps_unnamed" "$rps_direct")
+    row "  direct, unnamed statements c=$clients|$rps_unnamed req/s p50 ${p50_unnamed}ms p99 ${p99_unnamed}ms|direct $rps_direct req/s|$r"
+    fields+=(unnamed_ratio_to_direct="$r")
+  fi
+  if [ ${#runs_pgbouncer[@]} -gt 0 ] && [ ${#runs_unnamed[@]} -gt 0 ]; then
+    r=$(ratio "$rps_pgbouncer" "$rps_unnamed")
+    row "  PgBouncer vs unnamed direct c=$clients|$rps_pgbouncer req/s|unnamed $rps_unnamed req/s|$r"
+    fields+=(ratio_to_unnamed="$r")
+  fi
+  if [ ${#runs_previous[@]} -gt 0 ]; then
+    r=$(ratio "$rps_direct" "$rps_previous")
+    row "  direct vs previous build c=$clients|$rps_direct req/s p99 ${p99_direct}ms|previous $rps_previous req/s p99 ${p99_previous}ms|$r $(verdict "$r" 0.95)"
+    fields+=(previous_api="$BENCH_PREVIOUS_API" direct_ratio_to_previous="$r" direct_target=0.95)
+  fi
   record pooler clients="$clients" rounds="$rounds" backlog_rows="$backlog" \
-    pgbouncer_pool="${BENCH_PGBOUNCER_POOL:-16}" errors="$errors" \
-    direct_rps="$direct" direct_rps_rounds="$(firsts "${runs_direct[@]}")" \
-    direct_p50_ms="$direct_p50" direct_p99_ms="$direct_p99" \
-    unnamed_rps="$unnamed" unnamed_rps_rounds="$(firsts "${runs_unnamed[@]}")" \
-    unnamed_p50_ms="$unnamed_p50" unnamed_p99_ms="$unnamed_p99" \
-    pgbouncer_rps="$pooled" pgbouncer_rps_rounds="$(firsts "${runs_pgbouncer[@]}")" \
-    pgbouncer_p50_ms="$pooled_p50" pgbouncer_p99_ms="$pooled_p99" \
-    ratio_to_direct="$r_pooled" unnamed_ratio_to_direct="$r_unnamed" \
-    ratio_to_unnamed="$r_bouncer" target=0.85 "${previous_fields[@]}"
+    pgbouncer_pool="${BENCH_PGBOUNCER_POOL:-16}" errors="$errors" "${fields[@]}"
 }
 
-# pooler_previous CLIENTS DIRECT_RPS RUNS...: the direct path against the earlier
-# build's; sets the caller's previous_fields for its record.
-pooler_previous() {
-  local clients=$1 direct=$2 previous previous_p99 r; shift 2
-  read -r previous _ previous_p99 _ < <(pick "$@")
-  r=$(ratio "$direct" "$previous")
-  row "  direct vs previous build c=$clients|$direct req/s|previous $previous req/s p99 ${previous_p99}ms|$r $(verdict "$r" 0.95)"
-  previous_fields=(previous_api="$BENCH_PREVIOUS_API" previous_rps="$previous"
-    previous_rps_rounds="$(firsts "$@")" previous_p99_ms="$previous_p99"
-    direct_ratio_to_previous="$r" direct_target=0.95)
+# pooler_median VARIANT: the median run of the caller's runs_VARIANT into its
+# rps_VARIANT, p50_VARIANT and p99_VARIANT, and its record fields.
+pooler_median() {
+  local variant=$1
+  local -n from="runs_$variant" rps="rps_$variant" p50="p50_$variant" p99="p99_$variant"
+  read -r rps p50 p99 _ < <(pick "${from[@]}")
+  fields+=("${variant}_rps=$rps" "${variant}_rps_rounds=$(firsts "${from[@]}")"
+    "${variant}_p50_ms=$p50" "${variant}_p99_ms=$p99")
 }
 
 # pooler_run VARIANT CLIENTS: one wrk run on tables brought back to the steady state,
