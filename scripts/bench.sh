@@ -4,6 +4,7 @@
 # (scripts/bench/<stage>.sh, each says what it measures), all by default, or those
 # BENCH_STAGES names:
 #   new_charges  POST /charges vs the reference article's transaction and our own SQL
+#   pooler       POST /charges through PgBouncer (transaction pooling) vs direct
 #   cost         what each part of our transaction costs (pgbench, one thing removed)
 #   replays      replays vs GET /healthz
 #   scale        new charges, replays and the relay at 1 and 5 million rows per table
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/bench/lib.sh
-stages="${BENCH_STAGES:-new_charges cost replays scale retention relay latency}"
+stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency}"
 
 cleanup() { restore_cores; stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM

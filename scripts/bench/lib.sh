@@ -92,9 +92,11 @@ steady() {
 # start_api URL [FLAGS...]: the release API on BENCH_PORT with BENCH_API_WORKERS HTTP
 # workers (1: on two cores shared with Postgres, a second worker took CPU from Postgres
 # and added cross-thread wake-ups: about 7 % fewer charges); sets api_pid.
-start_api() {
-  local target=$1; shift
-  RUST_LOG=warn DATABASE_URL="$target" "$bin/charges-api" serve --listen "127.0.0.1:$port" \
+start_api() { start_api_binary "$bin/charges-api" "$@"; }
+# start_api_binary BINARY URL [FLAGS...]: the same with another build's API.
+start_api_binary() {
+  local binary=$1 target=$2; shift 2
+  RUST_LOG=warn DATABASE_URL="$target" "$binary" serve --listen "127.0.0.1:$port" \
     --db-pool-size "${BENCH_POOL:-32}" --workers "${BENCH_API_WORKERS:-1}" "$@" >"$out_dir/api.log" 2>&1 &
   api_pid=$!
   pids+=("$api_pid")
