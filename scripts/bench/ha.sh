@@ -7,7 +7,8 @@
 #     replication costs here;
 #   - 2 relays draining BENCH_RELAY_ROWS pending rows with the replication gate
 #     (--wait-for-standbys s1) against without it;
-#   - commit → broker ack under load (latency.sh's method) with the gate and without.
+#   - commit → broker ack, idle and under load (latency.sh's method), with the gate
+#     and without.
 # Each round runs both sides of a comparison, the one that went first last round
 # second. PG_BINDIR chooses the server binaries (default: the newest installed).
 
@@ -123,27 +124,30 @@ ha_relay() {
     ratio_to_ungated="$(ratio "$gated_eps" "$open_eps")"
 }
 
-# ha_latency: commit → ack under load (8 clients), gated and not; medians of the p99s.
+# ha_latency MODE: commit → ack (latency.sh's method; idle: one charge every 20 ms, so
+# every batch is small and nothing else flushes the WAL) gated and not; the rounds' p99s
+# and the run with their median.
 ha_latency() {
-  local round side p50 p99 gated=() open=() g50 g99 o50 o99
+  local mode=$1 round side p50 p99 gated=() open=() g50 g99 o50 o99
   for round in $(seq 1 "$rounds"); do
     for side in $(ha_alternate "$round" gated open); do
-      log "ha: commit-to-ack under load, round $round/$rounds: $side"
+      log "ha: commit-to-ack, relay $mode, round $round/$rounds: $side"
       if [ "$side" = gated ]; then
-        read -r p50 p99 < <(latency_run ha-gated load --wait-for-standbys s1)
+        read -r p50 p99 < <(latency_run "ha-gated-$mode" "$mode" --wait-for-standbys s1)
         gated+=("$p99 $p50")
       else
-        read -r p50 p99 < <(latency_run ha-open load)
+        read -r p50 p99 < <(latency_run "ha-open-$mode" "$mode")
         open+=("$p99 $p50")
       fi
     done
   done
   read -r g99 g50 < <(pick "${gated[@]}")
   read -r o99 o50 < <(pick "${open[@]}")
-  row "commit→ack under load, --wait-for-standbys s1|p50 ${g50}ms p99 ${g99}ms|no gate p50 ${o50}ms p99 ${o99}ms|"
-  record ha_commit_to_ack rounds="$rounds" gated_p50_ms="$g50" gated_p99_ms="$g99" \
-    gated_p99_ms_rounds="$(firsts "${gated[@]}")" ungated_p50_ms="$o50" ungated_p99_ms="$o99" \
-    ungated_p99_ms_rounds="$(firsts "${open[@]}")"
+  row "commit→ack, relay $mode, --wait-for-standbys s1|p50 ${g50}ms p99 ${g99}ms|no gate p50 ${o50}ms p99 ${o99}ms|"
+  record ha_commit_to_ack relay="$mode" rounds="$rounds" gated_p50_ms="$g50" gated_p99_ms="$g99" \
+    gated_p99_ms_rounds="[$(printf '%s\n' "${gated[@]}" | awk '{print $1}' | paste -sd,)]" \
+    ungated_p50_ms="$o50" ungated_p99_ms="$o99" \
+    ungated_p99_ms_rounds="[$(printf '%s\n' "${open[@]}" | awk '{print $1}' | paste -sd,)]"
 }
 
 stage_ha() {
@@ -160,7 +164,8 @@ stage_ha() {
     ha_new_charges "$ref_url" "$ha_url" "$local_url" "$clients"
   done
   ha_relay "$ha_url"
-  ha_latency
+  ha_latency idle
+  ha_latency load
   server_url=$main_server
   stop_ha_cluster
   trap cleanup EXIT INT TERM
