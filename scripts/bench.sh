@@ -11,12 +11,14 @@
 #   retention    purge and cleanup rates while the API runs at full speed
 #   relay        relay throughput vs its own SQL and the raw producer; ordered runs
 #   latency      commit → broker acknowledgement, idle and under load
+#   ha           with a synchronous standby: new charges, the relay with and without its
+#                replication gate, commit → ack
 # Writes target/bench/latest.json and target/bench/scale.svg, and prints a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/bench/lib.sh
-stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency}"
+stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency ha}"
 
 cleanup() { restore_cores; stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM

@@ -19,16 +19,16 @@ commit_to_ack() { # URL → "p50 p99" of the rows published since the last TRUNC
                              FROM outbox WHERE published_at > now() - interval '1 hour') t" | tr '|' ' '
 }
 
-# latency_run LABEL load|idle → "p50 p99"
+# latency_run LABEL load|idle [relay flags...] → "p50 p99"
 latency_run() {
-  local label=$1 mode=$2 target relay log
+  local label=$1 mode=$2 target relay log; shift 2
   target=$(database_url charges_bench)
   psql_on "$target" -c "TRUNCATE refunds, outbox, charges, idempotency_keys" >/dev/null
   settle "$target"
   start_api "$target"
   log="$out_dir/relay-latency-$label.log"
   RUST_LOG=warn,charges_relay=info "$bin/charges-relay" --database-url "$target" --kafka-brokers "$brokers" \
-    --metrics-listen 127.0.0.1:0 >"$log" 2>&1 &
+    --metrics-listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
   relay=$!; pids+=("$relay")
   wait_until 30 "the relay to start (log: $log)" grep -q "relay started" "$log"
   if [ "$mode" = load ]; then run_wrk 8 scripts/bench/new_charges.lua >/dev/null; else latency_idle "$target"; fi

@@ -41,6 +41,15 @@ record() { json "$@" >>"$results"; }
 row() { printf '%s\n' "$1" >>"$table"; }
 section() { row "## $1|||"; }
 
+# free_port FROM: the first port from FROM up that nothing on this machine listens on.
+free_port() {
+  local candidate=$1
+  while (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; do
+    candidate=$(( candidate + 1 ))
+  done
+  printf '%s\n' "$candidate"
+}
+
 stop_pids() {
   local pid
   for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done

@@ -82,15 +82,6 @@ INI
     psql_on "$pooler_pooled_url" -c "SELECT 1"
 }
 
-# free_port FROM: the first port from FROM up that nothing on this machine listens on.
-free_port() {
-  local candidate=$1
-  while (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; do
-    candidate=$(( candidate + 1 ))
-  done
-  printf '%s\n' "$candidate"
-}
-
 # pooler_clients CLIENTS: BENCH_ROUNDS rounds of every variant, then their medians as
 # table rows and one record.
 pooler_clients() {
