@@ -4,8 +4,9 @@
 //! cancelled) can be published and then lost in the failover: an event for a charge
 //! that no longer exists.
 //!
-//! After the claim, the current WAL insert position bounds every claimed row's commit
-//! record from above; the batch is published once the standbys have flushed that far.
+//! The claim reports where the WAL ended as it read its first row, at or past every
+//! claimed row's commit and before its own row locks (`OutboxClaimPending`); the batch
+//! is published once the standbys have flushed that far.
 //! Until then it holds its rows (it is their claim); past `bound` it gives up, and the
 //! caller drops the transaction, which rolls the claim back: no attempt counted, the
 //! rows pending, to be claimed again like after a broker outage.
@@ -29,7 +30,9 @@ pub async fn wait_for_standbys(
     bound: Duration,
 ) -> Result<(), RelayError> {
     let client = transaction.connection()?;
-    let position = ReplicationStore::claim_position(client).await?;
+    let Some(position) = transaction.position().map(str::to_owned) else {
+        return Ok(()); // nothing claimed, nothing to publish
+    };
     let deadline = Instant::now() + bound;
     let mut pause = FIRST_PAUSE;
     loop {

@@ -29,6 +29,8 @@ pub struct ClaimTransaction {
     /// `None` once committed: the connection is back in the pool.
     client: Option<Object>,
     statements: ClaimStatements,
+    /// Where the WAL ended as the claim read its first row (`None`: it claimed nothing).
+    position: Option<String>,
 }
 
 impl ClaimTransaction {
@@ -44,19 +46,21 @@ impl ClaimTransaction {
         from: Option<DateTime<Utc>>,
     ) -> Result<(ClaimTransaction, Vec<PendingEvent>), StoreError> {
         let statements = OutboxStore::claim_statements(&client, ordered).await?;
-        let transaction = ClaimTransaction {
+        let mut transaction = ClaimTransaction {
             client: Some(client),
             statements,
+            position: None,
         };
-        let events = {
+        let (events, position) = {
             let (client, statements) = transaction.parts()?;
-            let ((), (), events) = futures::try_join!(
+            let ((), (), claimed) = futures::try_join!(
                 client.batch_execute(BEGIN).map_err(StoreError::from),
                 OutboxStore::set_claim_timeouts(client, statements, timeout, timeout),
                 OutboxStore::claim_pending(client, statements, limit, from),
             )?;
-            events
+            claimed
         };
+        transaction.position = position;
         Ok((transaction, events))
     }
 
@@ -80,6 +84,12 @@ impl ClaimTransaction {
         // Committed: outside any transaction, the connection can serve the next batch.
         self.client = None;
         Ok(published)
+    }
+
+    /// Where the WAL ended as the claim read its first row: at or past the commit of
+    /// every claimed row (`None`: it claimed nothing).
+    pub fn position(&self) -> Option<&str> {
+        self.position.as_deref()
     }
 
     /// The transaction's connection, for statements that read without taking part in

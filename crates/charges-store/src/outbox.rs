@@ -44,11 +44,20 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// `OutboxClaimPending`: the oldest publishable rows created at or after `$2` (NULL:
 /// from the oldest) that no other relay holds. Matches `outbox_pending_idx`
 /// (predicate and order; `$2` bounds the index range, so the scan starts there).
+///
+/// `claim_position`, the same on every row, is where the WAL ended when the first row
+/// was read: at or past the commit of every row the statement's snapshot (taken at its
+/// start) can see, and before the WAL of the statement's own row locks, which `LockRows`
+/// writes only after the row below it was read (an uncorrelated subquery in the target
+/// list is an InitPlan, run once, on the first row). The replication gate waits for the
+/// standbys to flush up to it: a position read after the claim would include the
+/// locks, which nobody flushes until the WAL writer wakes up.
 pub const CLAIM_PENDING: Sql = Sql::new(
     "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
-       trace_parent, trace_state, request_id
+       trace_parent, trace_state, request_id,
+       (SELECT pg_current_wal_insert_lsn()::text) AS claim_position
 FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
@@ -70,7 +79,8 @@ pub const CLAIM_PENDING_ORDERED: Sql = Sql::new(
     "
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.sequence,
        coalesce(o.data, o.payload::text) AS payload, o.created_at, o.attempts, o.rejections,
-       o.trace_parent, o.trace_state, o.request_id
+       o.trace_parent, o.trace_state, o.request_id,
+       (SELECT pg_current_wal_insert_lsn()::text) AS claim_position
 FROM outbox o
 WHERE o.published_at IS NULL
   AND o.dead_at IS NULL
@@ -425,14 +435,24 @@ impl OutboxStore {
     /// (`None`: from the oldest), oldest first, skipping rows other relays hold; with
     /// the ordered statements, only the oldest unpublished event of each aggregate.
     /// The locks last until the caller's transaction ends.
+    /// Also returns the claim's WAL position (see [`CLAIM_PENDING`]); `None` when it
+    /// claimed nothing.
     pub async fn claim_pending(
         client: &impl Connection,
         prepared: &ClaimStatements,
         limit: i64,
         from: Option<DateTime<Utc>>,
-    ) -> Result<Vec<PendingEvent>, StoreError> {
+    ) -> Result<(Vec<PendingEvent>, Option<String>), StoreError> {
         let rows = prepared.claim.query(client, &[&limit, &from]).await?;
-        rows.iter().map(PendingEvent::from_row).collect()
+        let position = match rows.first() {
+            Some(row) => Some(row.try_get("claim_position")?),
+            None => None,
+        };
+        let events = rows
+            .iter()
+            .map(PendingEvent::from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((events, position))
     }
 
     /// Marks the broker-acknowledged `ids` published; returns how many rows changed.

@@ -5,11 +5,6 @@
 use crate::StoreError;
 use crate::statements::{self, Connection, Sql, Type};
 
-/// `ReplicationClaimPosition`: the end of the WAL written so far. Read after a claim,
-/// it is at or past the commit record of every row the claim could see: a commit is
-/// written to the WAL before it becomes visible.
-const CLAIM_POSITION: Sql = Sql::new("SELECT pg_current_wal_insert_lsn()::text AS position", &[]);
-
 /// `ReplicationStandbysConfirmed`: whether the standbys `$2` (empty: any one standby)
 /// have flushed the WAL up to `$1`, and how many bytes the one furthest behind still
 /// lacks (NULL: no such standby is streaming).
@@ -40,13 +35,6 @@ pub struct StandbyProgress {
 pub struct ReplicationStore;
 
 impl ReplicationStore {
-    /// The WAL position a claim's rows are committed at or before.
-    pub async fn claim_position(client: &impl Connection) -> Result<String, StoreError> {
-        Ok(statements::query_one(client, &CLAIM_POSITION, &[])
-            .await?
-            .try_get("position")?)
-    }
-
     /// Whether `standbys` (empty: any standby) have flushed up to `position`.
     pub async fn standbys_confirmed(
         client: &impl Connection,
