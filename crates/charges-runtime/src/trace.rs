@@ -24,9 +24,9 @@ impl TraceParent {
         if parts.next().is_some() || version != "00" {
             return None;
         }
-        let trace_id: [u8; 16] = hex(trace)?.try_into().ok()?;
-        let span_id: [u8; 8] = hex(span)?.try_into().ok()?;
-        let flags: [u8; 1] = hex(flags)?.try_into().ok()?;
+        let trace_id: [u8; 16] = lower_hex(trace)?;
+        let span_id: [u8; 8] = lower_hex(span)?;
+        let flags: [u8; 1] = lower_hex(flags)?;
         if trace_id == [0; 16] || span_id == [0; 8] {
             return None;
         }
@@ -63,11 +63,11 @@ impl TraceParent {
 
     /// The trace id as 32 lower-case hex digits (what logs and tracing UIs show).
     pub fn trace_id_hex(&self) -> String {
-        to_hex(&self.trace_id)
+        hex::encode(self.trace_id)
     }
 
     pub fn span_id_hex(&self) -> String {
-        to_hex(&self.span_id)
+        hex::encode(self.span_id)
     }
 }
 
@@ -76,8 +76,8 @@ impl std::fmt::Display for TraceParent {
         write!(
             f,
             "00-{}-{}-{:02x}",
-            to_hex(&self.trace_id),
-            to_hex(&self.span_id),
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id),
             u8::from(self.sampled)
         )
     }
@@ -91,22 +91,14 @@ pub fn trace_state(text: &str) -> Option<String> {
         .then(|| text.to_owned())
 }
 
-fn hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2)
-        || !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+/// Exactly `N` bytes of hex digits, lower case only (W3C; `hex` also takes upper case).
+fn lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut bytes = [0; N];
+    hex::decode_to_slice(text, &mut bytes).ok()?;
+    Some(bytes)
 }
 
 #[cfg(test)]
