@@ -21,12 +21,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charges_tests::chaos::{
-    Clients, KEY_LIMIT, Ledger, Load, Rng, charge_body, check_invariants, pause, post_charge,
-    scalar,
+    Clients, KEY_LIMIT, Ledger, Load, charge_body, check_invariants, pause, post_charge, scalar,
+    seeded_rng,
 };
 use charges_tests::cluster::TestCluster;
 use charges_tests::kafka::TestKafka;
 use charges_tests::{Process, TestApi, TestDb, new_key, poll_until, start_relay};
+use rand::Rng;
+use rand::seq::SliceRandom;
 use tokio::sync::Semaphore;
 
 // ---------------------------------------------------------------------------------
@@ -36,7 +38,7 @@ use tokio::sync::Semaphore;
 /// `same` requests with one key and `distinct` requests with a key each, all released
 /// at once (at most `in_flight` on the wire, through a bounded connection pool).
 async fn storm(scenario: &str, same: usize, distinct: usize, in_flight: usize) {
-    let mut rng = Rng::seeded(scenario);
+    let mut rng = seeded_rng(scenario);
     let db = TestDb::new().await;
     let kafka = TestKafka::new(3).await;
     // 2 cores and a Postgres shared with parallel tests: a pool of 24 keeps every core
@@ -55,7 +57,7 @@ async fn storm(scenario: &str, same: usize, distinct: usize, in_flight: usize) {
             .enumerate()
             .map(|(i, key)| (key.clone(), charge_body(i))),
     );
-    rng.shuffle(&mut requests);
+    requests.shuffle(&mut rng);
 
     let gate = Arc::new(Semaphore::new(in_flight));
     let started = Instant::now();
@@ -138,7 +140,7 @@ async fn slow_storm_500_same_key_and_2000_distinct_keys() {
 async fn slow_api_killed_with_sigkill_under_load() {
     const KILLS: usize = 3;
     let scenario = "API kill -9";
-    let mut rng = Rng::seeded(scenario);
+    let mut rng = seeded_rng(scenario);
     let db = TestDb::new().await;
     let kafka = TestKafka::new(3).await;
     let api_args = ["--db-pool-size", "16"];
@@ -148,10 +150,10 @@ async fn slow_api_killed_with_sigkill_under_load() {
 
     let mut downtime = Duration::ZERO;
     for _ in 0..KILLS {
-        pause(rng.millis(300, 1500)).await;
+        pause(Duration::from_millis(rng.random_range(300..=1500))).await;
         let killed_at = Instant::now();
         api.process.kill9().await;
-        pause(rng.millis(0, 300)).await;
+        pause(Duration::from_millis(rng.random_range(0..=300))).await;
         api = TestApi::start(&db, &api_args).await;
         *clients.base.write().expect("base url") = api.base_url.clone();
         downtime += killed_at.elapsed();
@@ -195,7 +197,7 @@ async fn slow_api_killed_with_sigkill_under_load() {
 async fn slow_relays_killed_with_sigkill_while_publishing() {
     const KILLS: usize = 5;
     let scenario = "relay kill -9";
-    let mut rng = Rng::seeded(scenario);
+    let mut rng = seeded_rng(scenario);
     let db = TestDb::new().await;
     let kafka = TestKafka::new(4).await;
     let api = TestApi::start(&db, &[]).await;
@@ -217,12 +219,12 @@ async fn slow_relays_killed_with_sigkill_while_publishing() {
     let load = clients.load(4, 500, Duration::from_millis(5), false);
     let mut most_running = relays.len();
     for kill in 0..KILLS {
-        pause(rng.millis(150, 700)).await;
-        let victim = rng.below(relays.len());
+        pause(Duration::from_millis(rng.random_range(150..=700))).await;
+        let victim = rng.random_range(0..relays.len());
         relays[victim].kill9().await;
         relays.swap_remove(victim);
         // Between 2 and 4 relays: sometimes one fewer for a while, sometimes one more.
-        let target = 2 + (kill + rng.below(3)) % 3;
+        let target = 2 + (kill + rng.random_range(0..3)) % 3;
         while relays.len() < target {
             relays.push(start_relay(&db, &kafka, &relay_args).await.0);
         }
@@ -569,7 +571,7 @@ async fn slow_broker_outage_and_slow_broker() {
     let publish_timeout = Duration::from_secs(2);
     // relay::TRANSACTION_MARGIN is 2 s; 1 s more for sampling and scheduling.
     let transaction_bound = publish_timeout.as_secs_f64() + 2.0 + 1.0;
-    let mut rng = Rng::seeded(scenario);
+    let mut rng = seeded_rng(scenario);
     let db = TestDb::new().await;
     let kafka = TestKafka::new(1).await;
     let Some(mock) = kafka.mock() else {
@@ -583,7 +585,7 @@ async fn slow_broker_outage_and_slow_broker() {
     let load = clients.steady_load(4);
 
     pause(Duration::from_secs(1)).await;
-    let down_for = rng.millis(4_000, 6_000);
+    let down_for = Duration::from_millis(rng.random_range(4_000..=6_000));
     mock.broker_down(1).expect("broker down");
     let oldest_down = watch_relay_transactions(&db, down_for).await;
     let pending_during_outage = scalar(
@@ -594,7 +596,7 @@ async fn slow_broker_outage_and_slow_broker() {
     mock.broker_up(1).expect("broker up");
     pause(Duration::from_secs(2)).await;
 
-    let rtt = rng.millis(300, 800);
+    let rtt = Duration::from_millis(rng.random_range(300..=800));
     mock.broker_round_trip_time(-1, rtt)
         .expect("broker round trip time");
     let oldest_slow = watch_relay_transactions(&db, Duration::from_secs(4)).await;

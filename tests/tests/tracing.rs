@@ -84,7 +84,7 @@ async fn api_relay_and_consumer_spans_form_one_trace() {
     consumer.wait_for_log("event applied", 1).await;
 
     let (request, publish, apply) = poll_until("the three spans are exported", async || {
-        let spans = receiver.spans();
+        let spans = receiver.spans().await;
         Some((
             the_span(&spans, "charges-api", "request")?.clone(),
             the_span(&spans, "charges-relay", "publish")?.clone(),

@@ -9,7 +9,7 @@ use charges_runtime::cli::{duration_at_least, duration_within};
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth::{self, ApiKeys, ApiKeysError};
-use charges_runtime::secrets::{self, Redactor};
+use charges_runtime::secrets::{self, ExposeSecret, Redactor, SecretString};
 use charges_runtime::{DatabaseArgs, LogFormat, LogTarget};
 
 #[derive(Debug, Parser)]
@@ -113,42 +113,18 @@ pub struct ServeArgs {
         value_name = "ID:SECRET,...",
         conflicts_with = "api_keys_file"
     )]
-    pub api_keys: Option<Secret>,
+    pub api_keys: Option<SecretString>,
     /// The same as --api-keys, read from a file: one `client_id:secret` per line, `#`
     /// comments (e.g. a mounted Kubernetes Secret).
     #[arg(long, env = "API_KEYS_FILE", value_name = "PATH")]
     pub api_keys_file: Option<PathBuf>,
 }
 
-/// A configuration value that must never be printed: `Debug` hides it.
-#[derive(Clone)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(secrets::REDACTED)
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_owned()))
-    }
-}
-
 impl ServeArgs {
     /// The configured key list as text (the file is read here), `None` if none.
     pub fn api_keys_text(&self) -> Result<Option<String>, ApiKeysError> {
         auth::read_config(
-            self.api_keys.as_ref().map(Secret::expose),
+            self.api_keys.as_ref().map(ExposeSecret::expose_secret),
             self.api_keys_file.as_deref(),
         )
     }
@@ -231,7 +207,7 @@ pub fn main() -> ExitCode {
     let command = cli.action();
     // Every secret the process holds is known to the log redactor before the first
     // log line: the database password and the API keys (valid or not).
-    let mut secrets = secrets::database_password(&cli.database.database_url);
+    let mut secrets = secrets::database_password(cli.database.database_url.expose_secret());
     let key_text = match &command {
         Command::Serve(args) => args.api_keys_text(),
         Command::Migrate(_) => Ok(None),
@@ -269,6 +245,7 @@ pub fn main() -> ExitCode {
 
 async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::Result<()> {
     let settings = cli.pool_settings();
+    let database_url = cli.database.database_url.expose_secret();
     match command {
         Command::Migrate(args) => {
             let roles = match (&args.grant_api_role, &args.grant_relay_role) {
@@ -277,7 +254,7 @@ async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::R
                 }
                 _ => None,
             };
-            let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
+            let pool = charges_store::connect(database_url, &settings).await?;
             charges_store::migrations::run(&pool).await?;
             if let Some(roles) = roles {
                 charges_store::migrations::grant(&pool, &roles).await?;
@@ -285,7 +262,7 @@ async fn run(cli: Cli, command: Command, api_keys: Option<ApiKeys>) -> anyhow::R
             Ok(())
         }
         Command::Serve(args) => {
-            let pool = charges_store::connect(&cli.database.database_url, &settings).await?;
+            let pool = charges_store::connect(database_url, &settings).await?;
             if args.migrate {
                 charges_store::migrations::run(&pool).await?;
             }

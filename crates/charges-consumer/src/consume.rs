@@ -10,6 +10,7 @@ use rdkafka::{ClientConfig, ClientContext, Statistics};
 use tokio::time::Instant;
 
 use charges_runtime::ops::OpsServer;
+use charges_runtime::secrets::ExposeSecret;
 
 use crate::config::{Ordering, RunArgs};
 use crate::{ConsumerError, handle, metrics, migrations};
@@ -48,7 +49,7 @@ fn consumer_config(args: &RunArgs) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", args.offset_reset.as_str());
     for (key, value) in &args.kafka.resolved {
-        config.set(key, value);
+        config.set(key, value.expose_secret());
     }
     config
 }
@@ -68,7 +69,7 @@ fn commit(consumer: &LedgerConsumer, mode: CommitMode) {
 /// The consumer loop, until SIGTERM/SIGINT.
 pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerError> {
     let pool = charges_store::connect(
-        &database.database_url,
+        database.database_url.expose_secret(),
         &database.pool_settings("charges-consumer", 2),
     )
     .await?;

@@ -53,12 +53,15 @@ pub use error::{ConsumerError, error_chain};
 pub use event::{Event, Message, Rejection, decode};
 pub use tail::tail;
 
+use charges_runtime::secrets::ExposeSecret;
+
 use crate::config::{Cli, Command};
 
 /// Every secret on the command line, for the log redactor: the database password and
 /// the values of secret `--kafka-config` settings (`sasl.password`, …).
 pub fn secrets(cli: &Cli) -> Vec<String> {
-    let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
+    let mut secrets =
+        charges_runtime::secrets::database_password(cli.database.database_url.expose_secret());
     let kafka = match &cli.command {
         Some(Command::Tail(tail)) => &tail.kafka,
         Some(Command::Parked(_)) | None => &cli.run.kafka,

@@ -3,6 +3,7 @@
 use std::io::Write;
 
 use charges_runtime::DatabaseArgs;
+use charges_runtime::secrets::ExposeSecret;
 
 use crate::apply::{Applied, apply};
 use crate::config::{Ordering, ParkedAction, ParkedArgs};
@@ -20,7 +21,7 @@ fn out(text: std::fmt::Arguments<'_>) -> Result<(), ConsumerError> {
 
 pub async fn parked(database: &DatabaseArgs, args: ParkedArgs) -> Result<(), ConsumerError> {
     let pool = charges_store::connect(
-        &database.database_url,
+        database.database_url.expose_secret(),
         &database.pool_settings("charges-consumer-parked", 1),
     )
     .await?;

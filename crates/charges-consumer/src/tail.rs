@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use charges_runtime::secrets::ExposeSecret;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -30,7 +31,7 @@ fn tail_blocking(args: &TailArgs) -> Result<(), ConsumerError> {
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
     for (key, value) in &args.kafka.resolved {
-        config.set(key, value);
+        config.set(key, value.expose_secret());
     }
     let consumer: BaseConsumer = config.create()?;
     let metadata = consumer.fetch_metadata(Some(&args.topic), Duration::from_secs(10))?;

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use charges_maintenance::{PurgeExpiredKeys, RunOutcome};
 use charges_runtime::DatabaseArgs;
+use charges_runtime::secrets::ExposeSecret;
 use charges_store::{DeadEvent, GenericClient, OutboxStore, Pool};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -15,7 +16,7 @@ use crate::failure::{FailureKind, kind_of_stored_error};
 
 async fn connect(database: &DatabaseArgs, application_name: &str) -> Result<Pool, RelayError> {
     Ok(charges_store::connect(
-        &database.database_url,
+        database.database_url.expose_secret(),
         &database.pool_settings(application_name, 1),
     )
     .await?)

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use charges_maintenance::MaintenanceArgs;
 use charges_runtime::cli::{KafkaConfigArgs, duration_within};
+use charges_runtime::secrets::SecretString;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use uuid::Uuid;
 
@@ -95,7 +96,7 @@ pub struct RunArgs {
     /// (--db-pooler transaction), where LISTEN cannot work: without it the relay only
     /// polls, every --poll-interval. Never logged.
     #[arg(long, env = "LISTEN_DATABASE_URL", hide_env_values = true)]
-    pub listen_database_url: Option<String>,
+    pub listen_database_url: Option<SecretString>,
 
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
@@ -337,11 +338,31 @@ pub struct RequeueArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charges_runtime::secrets::ExposeSecret;
     use clap::CommandFactory;
 
     #[test]
     fn verify_cli() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn both_database_passwords_reach_the_log_redactor() {
+        let cli = Cli::try_parse_from([
+            "charges-relay",
+            "--database-url",
+            "postgres://app:pooled-pw@pgbouncer/charges",
+            "--listen-database-url",
+            "postgres://app:direct-pw@db/charges",
+        ])
+        .unwrap();
+        let secrets = crate::secrets(&cli);
+        assert!(secrets.contains(&"pooled-pw".to_owned()), "{secrets:?}");
+        assert!(secrets.contains(&"direct-pw".to_owned()), "{secrets:?}");
+        assert!(
+            !format!("{cli:?}").contains("-pw"),
+            "Debug shows a password"
+        );
     }
 
     #[test]
@@ -404,7 +425,11 @@ mod tests {
             ][..],
         ] {
             let cli = Cli::try_parse_from(args).unwrap();
-            assert_eq!(cli.database.database_url, "postgres://x/y", "{args:?}");
+            assert_eq!(
+                cli.database.database_url.expose_secret(),
+                "postgres://x/y",
+                "{args:?}"
+            );
         }
     }
 

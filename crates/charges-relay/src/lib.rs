@@ -24,6 +24,7 @@ use std::time::Duration;
 use charges_maintenance::JobRunner;
 use charges_runtime::ops::OpsServer;
 use charges_runtime::readiness::Health;
+use charges_runtime::secrets::ExposeSecret;
 use charges_store::{Pool, PoolSettings};
 use rdkafka::producer::Producer;
 use tokio::sync::{Notify, watch};
@@ -38,10 +39,16 @@ use crate::publish::MessageSettings;
 use crate::relay::{Pacing, Relay, RelaySettings, TRANSACTION_MARGIN, batch_loop};
 use crate::wakeup::WakeupRequest;
 
-/// Every secret on the command line, for the log redactor: the database password and
-/// the values of secret `--kafka-config` settings (`sasl.password`, …).
+/// Every secret on the command line, for the log redactor: the database passwords (of
+/// --database-url and --listen-database-url) and the values of secret `--kafka-config`
+/// settings (`sasl.password`, …).
 pub fn secrets(cli: &Cli) -> Vec<String> {
-    let mut secrets = charges_runtime::secrets::database_password(&cli.database.database_url);
+    let database = &cli.database.database_url;
+    let listen = cli.run.listen_database_url.as_ref();
+    let mut secrets: Vec<String> = std::iter::once(database)
+        .chain(listen)
+        .flat_map(|url| charges_runtime::secrets::database_password(url.expose_secret()))
+        .collect();
     secrets.extend(charges_runtime::secrets::kafka_config_secrets(
         &cli.run.kafka.resolved,
     ));
@@ -301,8 +308,8 @@ fn listen_url<'a>(
     args: &'a RunArgs,
 ) -> Option<&'a str> {
     match (&args.listen_database_url, database.db_pooler) {
-        (Some(url), _) => Some(url),
-        (None, charges_runtime::DbPooler::None) => Some(&database.database_url),
+        (Some(url), _) => Some(url.expose_secret()),
+        (None, charges_runtime::DbPooler::None) => Some(database.database_url.expose_secret()),
         (None, charges_runtime::DbPooler::Transaction) => None,
     }
 }
@@ -313,7 +320,7 @@ async fn connect(
     settings: &RelaySettings,
 ) -> Result<Pool, RelayError> {
     Ok(charges_store::connect(
-        &database.database_url,
+        database.database_url.expose_secret(),
         &PoolSettings {
             // The batch loops, the maintenance jobs and /readyz (LISTEN has its own).
             max_size: args.concurrency as usize + 4,

@@ -11,6 +11,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use charges_domain::EventType;
+use charges_runtime::secrets::{ExposeSecret, SecretString};
 use charges_runtime::telemetry;
 use charges_runtime::trace::TraceParent;
 
@@ -25,7 +26,7 @@ use crate::failure::PublishError;
 pub fn producer(
     brokers: &str,
     publish_timeout: Duration,
-    extra: &[(String, String)],
+    extra: &[(String, SecretString)],
 ) -> Result<FutureProducer, rdkafka::error::KafkaError> {
     let mut config = ClientConfig::new();
     config
@@ -50,7 +51,7 @@ pub fn producer(
             publish_timeout.as_millis().max(1).to_string(),
         );
     for (key, value) in extra {
-        config.set(key, value);
+        config.set(key, value.expose_secret());
     }
     config.create()
 }
@@ -68,7 +69,7 @@ pub fn producer(
 pub struct Producers {
     brokers: String,
     publish_timeout: Duration,
-    extra: Vec<(String, String)>,
+    extra: Vec<(String, SecretString)>,
     current: std::sync::RwLock<FutureProducer>,
 }
 
@@ -76,7 +77,7 @@ impl Producers {
     pub fn new(
         brokers: &str,
         publish_timeout: Duration,
-        extra: &[(String, String)],
+        extra: &[(String, SecretString)],
     ) -> Result<Producers, rdkafka::error::KafkaError> {
         Ok(Producers {
             current: std::sync::RwLock::new(producer(brokers, publish_timeout, extra)?),

@@ -3,6 +3,8 @@
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Command};
 
+use crate::secrets::{ExposeSecret, SecretString};
+
 /// With a subcommand, flags of the default command (the long-running loop) on the
 /// command line are a mistake: they would be ignored. Connection and log flags are
 /// `global` and welcome before or after the subcommand; values from the environment
@@ -101,10 +103,10 @@ pub struct KafkaConfigArgs {
     /// variable (e.g. from a Kubernetes Secret), since a command line is visible to `ps`.
     /// Applied after --kafka-config-file. Never logged.
     #[arg(long, env = KAFKA_CONFIG_ENV, value_name = "LINES", hide_env_values = true)]
-    pub kafka_config_lines: Option<String>,
+    pub kafka_config_lines: Option<SecretString>,
     /// Every setting from the three sources, resolved by [`KafkaConfigArgs::resolve`].
     #[arg(skip)]
-    pub resolved: Vec<(String, String)>,
+    pub resolved: Vec<(String, SecretString)>,
 }
 
 /// The environment variable of settings, one `KEY=VALUE` per line.
@@ -122,10 +124,16 @@ impl KafkaConfigArgs {
             settings.extend(parse_lines(&text, &path.display().to_string())?);
         }
         if let Some(text) = &self.kafka_config_lines {
-            settings.extend(parse_lines(text, "--kafka-config-lines / KAFKA_CONFIG")?);
+            settings.extend(parse_lines(
+                text.expose_secret(),
+                "--kafka-config-lines / KAFKA_CONFIG",
+            )?);
         }
         settings.extend(self.kafka_config.iter().cloned());
-        self.resolved = settings;
+        self.resolved = settings
+            .into_iter()
+            .map(|(key, value)| (key, SecretString::from(value)))
+            .collect();
         Ok(())
     }
 }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use charges_store::{DatabaseTls, PoolSettings, Pooler};
 
+use crate::secrets::SecretString;
+
 /// `--database-url` and `--database-ca-file`, accepted before or after a subcommand.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DatabaseArgs {
@@ -15,7 +17,7 @@ pub struct DatabaseArgs {
         hide_env_values = true,
         global = true
     )]
-    pub database_url: String,
+    pub database_url: SecretString,
     /// PEM file of the certificate authorities the database server must chain to when the
     /// URL says sslmode=require (default: the system's roots). With sslmode=require the
     /// server's certificate and host name are always verified; prefer and disable are plain text.

@@ -13,6 +13,10 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 use std::sync::Arc;
 
+/// Configuration values that must never be printed hold them: `Debug` shows
+/// `[REDACTED]`, and reading one takes an explicit `expose_secret()`.
+pub use secrecy::{ExposeSecret, SecretString};
+
 /// What a secret is replaced with in a log line.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -59,11 +63,13 @@ pub fn is_secret_setting(key: &str) -> bool {
 }
 
 /// The values of the secret settings among `--kafka-config` pairs.
-pub fn kafka_config_secrets(config: &[(String, String)]) -> impl Iterator<Item = String> + '_ {
+pub fn kafka_config_secrets(
+    config: &[(String, SecretString)],
+) -> impl Iterator<Item = String> + '_ {
     config
         .iter()
         .filter(|(key, _)| is_secret_setting(key))
-        .map(|(_, value)| value.clone())
+        .map(|(_, value)| value.expose_secret().to_owned())
 }
 
 /// Replaces known secrets in text. Cheap to clone (shared list).

@@ -5,15 +5,16 @@
 //!
 //! Trace context is carried either way (`crate::trace`): with export on, a span's place
 //! in the trace is the one its exported span has; with it off, a fresh span id under the
-//! caller's trace. The exporter speaks plain HTTP to a collector nearby (a sidecar or a
-//! node agent): the one TLS stack of these binaries is OpenSSL, which this HTTP client
-//! does not use.
+//! caller's trace. The exporter (opentelemetry-otlp's blocking reqwest client, on the
+//! batch processor's own thread) speaks plain HTTP to a collector nearby (a sidecar or a
+//! node agent): the one TLS stack of these binaries is OpenSSL, and reqwest is built
+//! without TLS.
 
 use std::sync::OnceLock;
 
-use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceState, TracerProvider};
-use opentelemetry::{Context, SpanId, TraceId};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry::Context;
+use opentelemetry::trace::{TraceContextExt, TracerProvider};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -54,7 +55,6 @@ where
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(protocol)
-        .with_http_client(BlockingHttp::default())
         .build()
         .map_err(|e| TelemetryError(e.to_string()))?;
     let resource = opentelemetry_sdk::Resource::builder()
@@ -88,61 +88,8 @@ pub fn start_span(span: &tracing::Span, parent: Option<TraceParent>) -> TracePar
         return parent.map_or_else(TraceParent::new_root, |p| p.child());
     }
     if let Some(parent) = parent {
-        let _ = span.set_parent(remote_context(parent));
+        let _ = span.set_parent(Context::new().with_remote_span_context(parent.remote_context()));
     }
-    let context = span.context();
-    let own = context.span().span_context().clone();
-    if !own.is_valid() {
-        return parent.map_or_else(TraceParent::new_root, |p| p.child());
-    }
-    TraceParent {
-        trace_id: own.trace_id().to_bytes(),
-        span_id: own.span_id().to_bytes(),
-        sampled: own.is_sampled(),
-    }
-}
-
-fn remote_context(parent: TraceParent) -> Context {
-    let flags = if parent.sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
-    Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from_bytes(parent.trace_id),
-        SpanId::from_bytes(parent.span_id),
-        flags,
-        true,
-        TraceState::default(),
-    ))
-}
-
-/// The exporter's HTTP client: blocking reqwest, on the batch processor's own thread
-/// (which is not inside any async runtime), made on first use there.
-#[derive(Debug, Default)]
-struct BlockingHttp {
-    client: OnceLock<reqwest::blocking::Client>,
-}
-
-#[async_trait::async_trait]
-impl opentelemetry_http::HttpClient for BlockingHttp {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let client = self.client.get_or_init(reqwest::blocking::Client::new);
-        let (parts, body) = request.into_parts();
-        let mut outgoing = client
-            .request(parts.method, parts.uri.to_string())
-            .body(body.to_vec());
-        for (name, value) in &parts.headers {
-            outgoing = outgoing.header(name, value);
-        }
-        let response = outgoing.send()?;
-        let mut answer = http::Response::builder().status(response.status().as_u16());
-        for (name, value) in response.headers() {
-            answer = answer.header(name.as_str(), value.as_bytes());
-        }
-        Ok(answer.body(bytes::Bytes::from(response.bytes()?.to_vec()))?)
-    }
+    TraceParent::of(span.context().span().span_context())
+        .unwrap_or_else(|| parent.map_or_else(TraceParent::new_root, |p| p.child()))
 }

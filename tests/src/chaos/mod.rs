@@ -24,7 +24,7 @@ pub use client::{BaseUrl, KEY_LIMIT, charge_body, http_client, post_charge, subm
 pub use invariants::{check_invariants, scalar};
 pub use ledger::{Answer, Ledger};
 pub use load::{Clients, Load};
-pub use rng::Rng;
+pub use rng::seeded_rng;
 
 /// Sleeps `total`: a step of a scenario's timeline (how long a fault lasts, or how long
 /// the load runs between two faults), never a wait for an event.
