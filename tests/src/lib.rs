@@ -9,6 +9,7 @@
 pub mod chaos;
 pub mod cluster;
 pub mod containers;
+pub mod failover;
 pub mod kafka;
 pub mod manifests;
 pub mod metrics;
