@@ -15,6 +15,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod otlp;
 pub mod outbox;
+pub mod patroni;
 pub mod pgbouncer;
 pub mod prometheus;
 pub mod promql;
