@@ -5,7 +5,7 @@ export DATABASE_URL
 # Tests print a short panic message; set RUST_BACKTRACE=1 yourself to dig in.
 export RUST_BACKTRACE ?= 0
 
-.PHONY: help deps build-deps bench-deps build release image test check chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
+.PHONY: help deps build-deps ha-deps ha-demo bench-deps build release image test check chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -16,6 +16,9 @@ deps: build-deps ## Install everything make test needs (once per machine; later 
 
 build-deps: ## Install only what building and make demo need (C libraries, cmake, Postgres); start Postgres.
 	@bash scripts/deps.sh build
+
+ha-deps: build-deps ## etcd and Patroni (pinned) for make chaos and make ha-demo; not needed by make test.
+	@bash scripts/deps.sh ha
 
 # Every binary, also for make demo: building only the demo's three packages resolves their
 # dependencies' features differently, so make test or make check would compile ~40 crates again.
@@ -50,8 +53,8 @@ check: ## fmt, build, then the tests that need only the build and Postgres at DA
 	cargo build --bins
 	cargo nextest run --workspace -P check
 
-chaos: deps build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs; make test runs the fast ones).
-	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | binary(network_faults) | test(/^slow_/)'
+chaos: deps ha-deps build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs, patroni.rs; make test runs the fast ones).
+	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | binary(network_faults) | binary(patroni) | test(/^slow_/)'
 
 lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
 	cargo fmt --all -- --check
@@ -73,6 +76,9 @@ fmt: ## Format everything.
 
 demo: build ## API, two relays, kafka-mock and the consumer end to end on this machine (local Postgres).
 	@bash scripts/demo.sh
+
+ha-demo: ha-deps build ## A Patroni cluster (etcd, two nodes) under the API and two relays; the leader crashes under load.
+	@bash scripts/ha-demo.sh
 
 compose-demo: image ## deploy/docker-compose.yml up in containers, one charge applied once, then down.
 	@$(CONTAINERS) with-socket bash scripts/compose-demo.sh

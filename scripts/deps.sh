@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks, and makes sure the local Postgres is
-# running. Idempotent: a machine that has everything is left alone. Two levels:
+# running. Idempotent: a machine that has everything is left alone. Three levels:
 #
 #   build  what building the binaries and `make demo` need: the C libraries and tools
 #          librdkafka and the OpenSSL bindings build with, and Postgres (server and psql).
 #          Checked on every call; each check is a file or PATH test.
 #   full   (the default) everything `make test` needs: `build`, plus the Python tools,
 #          cargo-nextest, tansu, promtool and the container engine with its images.
+#   ha     `build` plus the failover manager of `make chaos` and `make ha-demo`: etcd
+#          (Debian's etcd-server) and Patroni (PyPI). Checked on every call, like build.
 #
 # The full check (apt, pip, rustup, cargo install) runs once per machine and version of
 # this script: a stamp under ~/.cache remembers it. Later calls (every `make test`) only
@@ -16,8 +18,8 @@ set -euo pipefail
 
 level="${1:-full}"
 case "$level" in
-  build | full) ;;
-  *) echo "usage: $0 [build|full]" >&2; exit 2 ;;
+  build | full | ha) ;;
+  *) echo "usage: $0 [build|full|ha]" >&2; exit 2 ;;
 esac
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -57,7 +59,37 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "$@" >/dev/null
 }
 
+# Patroni in a virtualenv of Debian's python3 under /opt: Patroni runs as the postgres
+# user (Postgres refuses root), who cannot read a Python under /root (pyenv's). A
+# virtualenv also needs no --break-system-packages. Pinned: the tests and the demo use
+# this version's configuration keys and REST API; another version is replaced.
+patroni_venv=/opt/charges-tools/patroni
+patroni_version=4.1.5
+ha_needs() {
+  command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
+  # A crash is simulated by killing a postmaster and its children, found with pgrep.
+  command -v pgrep >/dev/null 2>&1 || need_apt+=(procps)
+  /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+}
+
+install_patroni() {
+  "$patroni_venv/bin/patroni" --version 2>/dev/null | grep -qx "patroni $patroni_version" && return 0
+  echo "deps: installing Patroni $patroni_version into $patroni_venv"
+  $sudo_cmd /usr/bin/python3 -m venv --clear "$patroni_venv"
+  $sudo_cmd "$patroni_venv/bin/pip" install --quiet --disable-pip-version-check \
+    "patroni[psycopg3,etcd3]==$patroni_version" psycopg-binary==3.3.9 python-etcd==0.4.5
+}
+
 need_apt=()
+if [ "$level" = ha ]; then
+  build_needs
+  ha_needs
+  apt_install "${need_apt[@]}"
+  install_patroni
+  ensure_postgres
+  echo "deps: etcd $(etcd --version | sed -n 's/^etcd Version: //p'), $("$patroni_venv/bin/patroni" --version)"
+  exit 0
+fi
 if [ "$level" = build ]; then
   build_needs
   apt_install "${need_apt[@]}"

@@ -32,7 +32,7 @@ pub struct TlsFiles {
     pub other_ca_file: PathBuf,
 }
 
-fn bindir() -> PathBuf {
+pub(crate) fn bindir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PG_BINDIR") {
         return PathBuf::from(dir);
     }
@@ -53,14 +53,23 @@ fn bindir() -> PathBuf {
         .expect("no initdb under /usr/lib/postgresql/*/bin")
 }
 
-fn free_port() -> u16 {
+/// As root (CI here) the servers run as `postgres`: Postgres refuses root.
+pub(crate) fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
 }
 
-fn run(command: &mut Command) {
+pub(crate) fn run(command: &mut Command) {
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("{command:?}: {e}"));
@@ -88,12 +97,7 @@ impl TestCluster {
         let dir = std::env::temp_dir().join(format!("charges-pg-{}", Uuid::new_v4().simple()));
         let data = dir.join("data");
         std::fs::create_dir_all(&dir).expect("cluster folder");
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
-        let run_as = root.then_some("postgres");
+        let run_as = running_as_root().then_some("postgres");
         let mut cluster = TestCluster {
             url: String::new(),
             bindir: bindir(),

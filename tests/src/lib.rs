@@ -9,11 +9,13 @@
 pub mod chaos;
 pub mod cluster;
 pub mod containers;
+pub mod failover;
 pub mod kafka;
 pub mod manifests;
 pub mod metrics;
 pub mod otlp;
 pub mod outbox;
+pub mod patroni;
 pub mod pgbouncer;
 pub mod prometheus;
 pub mod promql;

@@ -6,11 +6,14 @@
 //! event is published for a commit the new primary lacks (the replication gate).
 
 use charges_tests::cluster::TestCluster;
+use charges_tests::failover::{
+    assert_acknowledged_kept, assert_topic_matches_outbox, charge_until_answered, client_charges,
+    event_of_key, wait_published, wait_until_all_published,
+};
 use charges_tests::kafka::{TestKafka, read_to_end};
 use charges_tests::metrics::{sample, scrape};
 use charges_tests::{TestApi, TestDb, expect_problem, new_key, poll_until, start_relay};
 use reqwest::StatusCode;
-use uuid::Uuid;
 
 /// One URL for both servers: whichever accepts writes is the one used.
 fn multi_host_url(primary: &TestCluster, standby: &TestCluster, db: &TestDb) -> String {
@@ -20,49 +23,6 @@ fn multi_host_url(primary: &TestCluster, standby: &TestCluster, db: &TestDb) -> 
         standby.port(),
         db.name
     )
-}
-
-/// A charge, retried with its key while the answer is a 503 (what a client does during
-/// a failover); returns the final answer's status and whether it was a replay.
-async fn charge_until_answered(api: &TestApi, key: &str) -> (StatusCode, bool) {
-    poll_until("an answer other than 503", async || {
-        let response = api.post_charge(Some(key), r#"{"amountCents":4900}"#).await;
-        let status = response.status();
-        let replayed = response.headers().contains_key("idempotent-replayed");
-        (status != StatusCode::SERVICE_UNAVAILABLE).then_some((status, replayed))
-    })
-    .await
-}
-
-/// The outbox id of `key`'s charge on the server `url` points at, if it has one.
-async fn event_of_key(url: &str, key: &str) -> Option<Uuid> {
-    charges_tests::connect(url)
-        .await
-        .query_opt(
-            "SELECT o.id FROM outbox o
-               JOIN idempotency_keys k ON k.key = $1
-              WHERE o.aggregate_id = (k.response_body::jsonb ->> 'id')::uuid",
-            &[&key],
-        )
-        .await
-        .expect("look up the key's event")
-        .map(|row| row.get(0))
-}
-
-/// Waits until the outbox row `id` on the server `url` points at is published.
-async fn wait_published(url: &str, id: Uuid) {
-    let client = charges_tests::connect(url).await;
-    poll_until(&format!("event {id} is published on {url}"), async || {
-        client
-            .query_one(
-                "SELECT published_at IS NOT NULL FROM outbox WHERE id = $1",
-                &[&id],
-            )
-            .await
-            .ok()
-            .and_then(|row| row.get::<_, bool>(0).then_some(()))
-    })
-    .await;
 }
 
 /// The API's session that waits for the synchronous standby, cancelled as an operator's
@@ -244,23 +204,6 @@ async fn with_an_asynchronous_standby_the_gate_publishes_no_event_the_failover_l
     assert_eq!(reader.with_id(&published.to_string()).len(), 1);
 }
 
-/// One client's charges under load: each key retried while the answer is a 503 (the
-/// failover in progress); returns the keys answered 201.
-async fn client_charges(api: &TestApi, charges: usize) -> Vec<String> {
-    let mut acknowledged = Vec::new();
-    for _ in 0..charges {
-        let key = new_key();
-        let (status, _) = charge_until_answered(api, &key).await;
-        assert_eq!(
-            status,
-            StatusCode::CREATED,
-            "only 201 or 503 under a failover"
-        );
-        acknowledged.push(key);
-    }
-    acknowledged
-}
-
 /// The primary crashes (`pg_ctl stop -m immediate`) while eight clients charge; the
 /// synchronous standby is promoted and given a standby of its own. `/readyz` says when
 /// no server takes writes, and when one does again; every charge answered 201 is on the
@@ -309,55 +252,13 @@ async fn a_crash_failover_under_load_loses_nothing_acknowledged_and_publishes_no
         failover
     );
     let acknowledged: Vec<String> = acknowledged.concat();
-    let new_primary = charges_tests::connect(&standby.url_of(&db)).await;
-    let mut missing = Vec::new();
-    for key in &acknowledged {
-        if event_of_key(&standby.url_of(&db), key).await.is_none() {
-            missing.push(key.clone());
-        }
-    }
-    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
-
-    let events: std::collections::BTreeSet<String> = new_primary
-        .query("SELECT id::text FROM outbox", &[])
-        .await
-        .expect("the new primary's outbox")
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    poll_until("every event on the new primary is published", async || {
-        let pending: i64 = new_primary
-            .query_one(
-                "SELECT count(*) FROM outbox WHERE published_at IS NULL",
-                &[],
-            )
-            .await
-            .ok()?
-            .get(0);
-        (pending == 0).then_some(())
-    })
-    .await;
+    assert_acknowledged_kept(&standby.url_of(&db), &acknowledged).await;
+    wait_until_all_published(&standby.url_of(&db)).await;
     relay_1.stop().await;
     relay_2.stop().await;
-    let mut reader = kafka.reader();
-    read_to_end(&kafka, &mut reader).await;
-    let published: std::collections::BTreeSet<String> = reader
-        .messages
-        .iter()
-        .filter_map(|m| m.header("id").map(str::to_owned))
-        .collect();
-    let ghosts: Vec<&String> = published.difference(&events).collect();
-    assert!(
-        ghosts.is_empty(),
-        "events for commits the new primary lacks: {ghosts:?}"
-    );
-    assert!(
-        events.is_subset(&published),
-        "an event of the new primary was never published"
-    );
+    let published = assert_topic_matches_outbox(&standby.url_of(&db), &kafka).await;
     println!(
-        "crash failover: {} charges acknowledged, {} events published, none lost",
-        acknowledged.len(),
-        published.len()
+        "crash failover: {} charges acknowledged, {published} events published, none lost",
+        acknowledged.len()
     );
 }
