@@ -11,7 +11,7 @@ use charges_tests::failover::{
     event_of_key, wait_published, wait_until_all_published,
 };
 use charges_tests::kafka::{TestKafka, read_to_end};
-use charges_tests::metrics::{sample, scrape};
+use charges_tests::metrics::{sample, scrape, scrape_until};
 use charges_tests::{TestApi, TestDb, expect_problem, new_key, poll_until, start_relay};
 use reqwest::StatusCode;
 
@@ -63,7 +63,7 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     let kafka = TestKafka::new(1).await;
     let api = TestApi::start_at(&url, &[]).await;
     let relay_args = ["--database-url", url.as_str(), "--wait-for-standbys", "s1"];
-    let (mut relay, _) = start_relay(&db, &kafka, &relay_args).await;
+    let (mut relay, relay_metrics) = start_relay(&db, &kafka, &relay_args).await;
 
     let before = new_key();
     assert_eq!(
@@ -96,6 +96,28 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     assert_eq!(
         sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]),
         1.0
+    );
+    // The gate holds the row back while the standby is gone: a batch waits, rolls back,
+    // and the row stays pending with no attempt used, as during a broker outage.
+    scrape_until(
+        &api.http,
+        &relay_metrics,
+        "the gate rolled a batch back",
+        |page| sample(page, "charges_relay_standby_timeouts_total", &[]) >= 1.0,
+    )
+    .await;
+    let held = db
+        .client()
+        .query_one(
+            "SELECT published_at IS NULL AND attempts = 0 AND dead_at IS NULL FROM outbox WHERE id = $1",
+            &[&ghost],
+        )
+        .await
+        .expect("the unreplicated row")
+        .get::<_, bool>(0);
+    assert!(
+        held,
+        "the gate published, counted or killed a row the standby lacks"
     );
 
     // The failover: the primary dies, the standby (which never got that commit) is
