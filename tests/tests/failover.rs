@@ -48,18 +48,25 @@ async fn cancel_the_synchronous_wait(db: &TestDb) {
         .expect("cancel the wait");
 }
 
-/// PostgreSQL keeps a commit whose synchronous wait was cancelled and says so only in a
-/// WARNING. The API answers it 503 (never 201), the relay's gate never publishes its
-/// event, and after a failover to the standby that never had it, the client's retry
-/// with the same key creates the charge once, and only that charge's event goes out.
-#[tokio::test]
-async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across_a_failover() {
+/// A primary whose commits wait for its standby `s1`, a test database on it, and the
+/// multi-host URL of both.
+async fn synchronous_pair() -> (TestCluster, TestCluster, TestDb, String) {
     let primary = TestCluster::start().await;
     let standby = primary.start_standby("s1").await;
     let db = TestDb::new_on(&primary.url).await;
     primary.synchronous_standbys("s1").await;
     primary.wait_for_standby("s1", "sync").await;
     let url = multi_host_url(&primary, &standby, &db);
+    (primary, standby, db, url)
+}
+
+/// PostgreSQL keeps a commit whose synchronous wait was cancelled and says so only in a
+/// WARNING. The API answers it 503 (never 201), the relay's gate never publishes its
+/// event, and after a failover to the standby that never had it, the client's retry
+/// with the same key creates the charge once, and only that charge's event goes out.
+#[tokio::test]
+async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across_a_failover() {
+    let (primary, standby, db, url) = synchronous_pair().await;
     let kafka = TestKafka::new(1).await;
     let api = TestApi::start_at(&url, &[]).await;
     let relay_args = ["--database-url", url.as_str(), "--wait-for-standbys", "s1"];
@@ -234,12 +241,7 @@ async fn with_an_asynchronous_standby_the_gate_publishes_no_event_the_failover_l
 /// restarted.
 #[tokio::test]
 async fn a_crash_failover_under_load_loses_nothing_acknowledged_and_publishes_no_ghost() {
-    let primary = TestCluster::start().await;
-    let standby = primary.start_standby("s1").await;
-    let db = TestDb::new_on(&primary.url).await;
-    primary.synchronous_standbys("s1").await;
-    primary.wait_for_standby("s1", "sync").await;
-    let url = multi_host_url(&primary, &standby, &db);
+    let (primary, standby, db, url) = synchronous_pair().await;
     let kafka = TestKafka::new(3).await;
     let api = TestApi::start_at(&url, &[]).await;
     let relay_args = ["--database-url", url.as_str(), "--wait-for-standbys", "s1"];
