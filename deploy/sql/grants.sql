@@ -39,6 +39,13 @@ GRANT SELECT, INSERT ON refunds TO charges_api;
 GRANT INSERT ON outbox TO charges_api;
 GRANT SELECT ON outbox_wakeup TO charges_api;
 
+-- ChargeCreateOnce: charges_create_once (V13) runs with its caller's rights (SECURITY
+-- INVOKER), so the grants above on idempotency_keys, charges and outbox are all it may
+-- use. EXECUTE is PUBLIC's by default; granted here too so that it survives a REVOKE.
+GRANT EXECUTE ON FUNCTION charges_create_once(text, text, text, bigint, integer, jsonb, text,
+    uuid, integer, bpchar, timestamptz, text, uuid, text, text, bigint, text, text, text,
+    text) TO charges_api;
+
 -- /readyz compares the applied schema version with the binary's.
 GRANT SELECT ON refinery_schema_history TO charges_api;
 

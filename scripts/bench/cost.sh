@@ -3,21 +3,24 @@
 # removed or done the old way, in alternating rounds (BENCH_COST_CLIENTS clients);
 # each variant is reported as its throughput over the shipped one's. The reference
 # transaction runs in the same rounds, for scale. BENCH_COST_VARIANTS names a subset.
+# The variants that change a statement (their label starts "statements,") change the
+# five-statement transaction of before V13: read them against the `statements` row.
 
 # name|what differs|SQL run on the variant's database|pgbench-script --variant
 cost_variants=(
-  "as-shipped|the schema and statements as shipped||as-shipped"
+  "as-shipped|the schema and statements as shipped (one call of charges_create_once)||as-shipped"
+  "statements|the same work as five statements in a transaction (before V13)||statements"
   "notify-always|NOTIFY on every insert (the trigger before V9)|CREATE OR REPLACE FUNCTION outbox_notify_pending() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN PERFORM pg_notify('outbox_pending', ''); RETURN NULL; END; \$\$|as-shipped"
   "no-notify-trigger|no NOTIFY trigger at all|ALTER TABLE outbox DISABLE TRIGGER outbox_notify_pending|as-shipped"
-  "no-advisory-lock|RESERVE without pg_try_advisory_xact_lock||no-advisory-lock"
+  "no-advisory-lock|statements, RESERVE without pg_try_advisory_xact_lock||no-advisory-lock"
   "no-sequence-index|no outbox_aggregate_type_sequence_idx|DROP INDEX outbox_aggregate_type_sequence_idx|as-shipped"
   "no-expires-index|no idempotency_keys_expires_idx|DROP INDEX idempotency_keys_expires_idx|as-shipped"
   "expires-index-partial|idempotency_keys_expires_idx partial on status = 'COMPLETED' (before V9)|DROP INDEX idempotency_keys_expires_idx; CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at) WHERE status = 'COMPLETED'|as-shipped"
-  "started-then-completed|the key inserted STARTED, then updated to COMPLETED, at fillfactor 80 (before V11)|ALTER TABLE idempotency_keys SET (fillfactor = 80)|started-then-completed"
+  "started-then-completed|statements, the key inserted STARTED, then updated to COMPLETED, at fillfactor 80 (before V11)|ALTER TABLE idempotency_keys SET (fillfactor = 80)|started-then-completed"
   "no-checks|no CHECK constraints on charges and outbox|ALTER TABLE charges DROP CONSTRAINT charges_currency_check, DROP CONSTRAINT charges_amount_cents_check, DROP CONSTRAINT charges_refunded_within_amount; ALTER TABLE outbox DROP CONSTRAINT outbox_published_or_dead, DROP CONSTRAINT outbox_has_payload|as-shipped"
   "headers-text|response_headers as text, not jsonb|ALTER TABLE idempotency_keys ALTER COLUMN response_headers DROP DEFAULT, ALTER COLUMN response_headers TYPE text USING response_headers::text, ALTER COLUMN response_headers SET DEFAULT '{}'|as-shipped"
-  "no-trace-columns|no trace context or request id on the event||no-trace-columns"
-  "payload-jsonb|the payload as jsonb (before V8)||payload-jsonb"
+  "no-trace-columns|statements, no trace context or request id on the event||no-trace-columns"
+  "payload-jsonb|statements, the payload as jsonb (before V8)||payload-jsonb"
   "deferred-fk|a deferred foreign key outbox → charges (before V8)|ALTER TABLE outbox ADD CONSTRAINT outbox_aggregate_id_fkey FOREIGN KEY (aggregate_id) REFERENCES charges (id) DEFERRABLE INITIALLY DEFERRED|as-shipped"
   "reference|the reference article's transaction and schema||reference"
 )

@@ -33,6 +33,10 @@ async fn first_request_creates_the_charge_its_outbox_event_and_the_key() {
     assert_eq!(charge["currency"], "EUR");
     assert!(charge["createdAt"].is_string());
     assert_eq!(counts(&db).await, (1, 1, 1));
+    // The response is written before the charge's row: both carry the same instant,
+    // to the microsecond Postgres keeps.
+    let read: Value = api.get(&location).await.json().await.unwrap();
+    assert_eq!(read["createdAt"], charge["createdAt"]);
 
     let id: Uuid = charge["id"].as_str().unwrap().parse().unwrap();
     let row = db
@@ -230,11 +234,12 @@ async fn a_key_in_flight_answers_409_without_waiting_for_the_winner() {
                 .unwrap()
         }
     });
-    // Wait until the winner has reserved the key and is blocked on the charge insert.
+    // Wait until the winner has reserved the key and is blocked on the charge insert
+    // (inside the one statement of a new charge: the only one waiting on a table).
     db.wait_for(
         "SELECT count(*) = 1 FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock'
-            AND query LIKE '%INSERT INTO charges%'",
+          WHERE datname = current_database()
+            AND wait_event_type = 'Lock' AND wait_event = 'relation'",
         &[],
         "the winner reached the charge insert",
     )

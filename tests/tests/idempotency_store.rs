@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use charges_domain::{Fingerprint, IdempotencyKey};
+use charges_domain::{Charge, Fingerprint, IdempotencyKey};
 use charges_store::{
-    CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome, KeyCompletion,
-    StoreError, StoredResponse, Transaction,
+    ChargeStore, Client, CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome,
+    KeyCompletion, KeyToComplete, NewCharge, OneStatementOperation, Origin, Row, StoreError,
+    StoredResponse, Transaction,
 };
 use charges_tests::{TestDb, new_key};
 use chrono::{DateTime, Utc};
 use tokio_postgres::error::SqlState;
+use uuid::Uuid;
 
 /// An operation that writes nothing but its response: enough to exercise the scope.
 struct Echo(&'static str);
@@ -327,4 +329,235 @@ async fn a_failed_write_sent_with_the_completion_leaves_the_key_free() {
         .unwrap()
         .get(0);
     assert_eq!((completed, db.count("probe").await), (1, 1));
+}
+
+/// A new charge run whole in one statement (`charges_create_once`, V13), as `POST
+/// /charges` runs it, with a body of its own.
+struct ChargeOnce {
+    charge: Charge,
+    event_id: Uuid,
+    origin: Origin,
+    response: StoredResponse,
+}
+
+impl ChargeOnce {
+    fn new(body: &str) -> ChargeOnce {
+        ChargeOnce {
+            charge: Charge {
+                id: Uuid::now_v7(),
+                amount_cents: 4900,
+                currency: "EUR".into(),
+                created_at: Utc::now(),
+            },
+            event_id: Uuid::now_v7(),
+            origin: Origin::default(),
+            response: StoredResponse {
+                status: 201,
+                headers: vec![("location".into(), "/charges/x".into())],
+                body: body.to_owned(),
+            },
+        }
+    }
+}
+
+impl OneStatementOperation for ChargeOnce {
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of("charge-once", &[("body", &self.response.body)])
+    }
+
+    fn response(&self) -> &StoredResponse {
+        &self.response
+    }
+
+    async fn call(&self, client: &Client, key: &KeyToComplete<'_>) -> Result<Row, StoreError> {
+        let new = NewCharge {
+            charge: &self.charge,
+            owner: None,
+            event_id: self.event_id,
+            event_data: "{}",
+            origin: &self.origin,
+        };
+        ChargeStore::create_once(client, key, &new, &self.response).await
+    }
+}
+
+/// The one statement writes the key, the charge and its event, or nothing: a replay and
+/// a conflicting body write nothing more.
+#[tokio::test]
+async fn one_statement_writes_the_key_the_charge_and_its_event_once() {
+    let db = TestDb::new().await;
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
+    let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    let first = ChargeOnce::new("first");
+
+    let executed = store
+        .run_one_statement(&pool, &key, "/charges", &first)
+        .await
+        .unwrap();
+    assert_eq!(
+        executed,
+        IdempotentOutcome::Executed(first.response.clone())
+    );
+    let replayed = store
+        .run_one_statement(&pool, &key, "/charges", &ChargeOnce::new("first"))
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed,
+        IdempotentOutcome::Replayed(first.response.clone())
+    );
+    let conflict = store
+        .run_one_statement(&pool, &key, "/charges", &ChargeOnce::new("other"))
+        .await
+        .unwrap();
+    assert_eq!(conflict, IdempotentOutcome::PayloadConflict);
+    for table in ["idempotency_keys", "charges", "outbox"] {
+        assert_eq!(db.count(table).await, 1, "{table}");
+    }
+    let event_of_the_charge: bool = db
+        .client()
+        .query_one(
+            "SELECT aggregate_id = $1 AND id = $2 AND sequence = 1 FROM outbox",
+            &[&first.charge.id, &first.event_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(event_of_the_charge);
+}
+
+/// As `a_completed_key_is_replayed_while_another_request_holds_its_lock`, for the one
+/// statement: the same lock, the same answers.
+#[tokio::test]
+async fn one_statement_answers_like_the_transaction_while_another_request_holds_the_lock() {
+    let db = TestDb::new().await;
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
+    let done = ChargeOnce::new("done");
+    let valid = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    let expired = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    for (key, expires_in_secs) in [(&valid, 3600.0), (&expired, -1.0)] {
+        db.client()
+            .execute(
+                "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                               response_status, response_headers,
+                                               response_body, created_at, expires_at)
+                 VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'done',
+                         now() - interval '1 hour',
+                         now() + $3::float8 * interval '1 second')",
+                &[
+                    &key.to_string(),
+                    &done.fingerprint().as_str(),
+                    &expires_in_secs,
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let holder = db.session().await;
+    let lock = "SELECT pg_advisory_lock(hashtextextended('/charges' || ' ' || $1, 0))";
+    for key in [&valid, &expired] {
+        holder.query_one(lock, &[&key.to_string()]).await.unwrap();
+    }
+
+    let replayed = store
+        .run_one_statement(&pool, &valid, "/charges", &done)
+        .await
+        .unwrap();
+    let stored = StoredResponse {
+        status: 201,
+        headers: vec![],
+        body: "done".into(),
+    };
+    assert_eq!(replayed, IdempotentOutcome::Replayed(stored));
+    let other_body = store
+        .run_one_statement(&pool, &valid, "/charges", &ChargeOnce::new("other"))
+        .await
+        .unwrap();
+    assert_eq!(other_body, IdempotentOutcome::PayloadConflict);
+    let busy = store
+        .run_one_statement(&pool, &expired, "/charges", &done)
+        .await
+        .unwrap();
+    assert_eq!(busy, IdempotentOutcome::InFlight);
+    assert_eq!(db.count("charges").await, 0);
+
+    holder
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    let rerun = store
+        .run_one_statement(&pool, &expired, "/charges", &done)
+        .await
+        .unwrap();
+    assert_eq!(rerun, IdempotentOutcome::Executed(done.response.clone()));
+    assert_eq!(db.count("idempotency_keys").await, 2);
+    assert_eq!(db.count("charges").await, 1);
+    assert_eq!(db.count("outbox").await, 1);
+}
+
+/// A key row committed under the statement's insert by a writer that never took the
+/// key's lock (a hand-written row, an older build): the insert finds it taken, the
+/// statement writes no charge and no event, and the store's next attempt replays it.
+#[tokio::test]
+async fn one_statement_whose_key_is_taken_under_its_insert_writes_nothing_and_replays() {
+    let db = TestDb::new().await;
+    let pool = charges_store::connect(&db.url, &Default::default())
+        .await
+        .unwrap();
+    let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
+    let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    let operation = ChargeOnce::new("mine");
+
+    let winner = db.session().await;
+    winner.batch_execute("BEGIN").await.unwrap();
+    winner
+        .execute(
+            "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                           response_status, response_headers, response_body,
+                                           expires_at)
+             VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'won',
+                     now() + interval '1 hour')",
+            &[&key.to_string(), &operation.fingerprint().as_str()],
+        )
+        .await
+        .unwrap();
+    let request = tokio::spawn(async move {
+        store
+            .run_one_statement(&pool, &key, "/charges", &operation)
+            .await
+    });
+    // The statement read no row (the winner's is not committed) and its insert now
+    // waits for the winner's transaction.
+    db.wait_for(
+        "SELECT count(*) > 0 FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock'
+            AND query LIKE '%charges_create_once%'",
+        &[],
+        "the key's insert waits on the uncommitted row",
+    )
+    .await;
+    winner.batch_execute("COMMIT").await.unwrap();
+
+    let outcome = request.await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        IdempotentOutcome::Replayed(StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: "won".into(),
+        })
+    );
+    assert_eq!(db.count("idempotency_keys").await, 1);
+    assert_eq!(
+        db.count("charges").await,
+        0,
+        "the taken attempt wrote no charge"
+    );
+    assert_eq!(db.count("outbox").await, 0, "and no event");
 }

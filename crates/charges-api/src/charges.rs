@@ -3,18 +3,18 @@
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{
-    Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, EventType, FIRST_SEQUENCE, Fingerprint,
+    Charge, ChargeCreated, ChargeWithRefunds, CreateCharge, Fingerprint, IdempotencyKey,
 };
 use charges_store::{
-    ChargeStore, CompletedKey, IdempotentOperation, KeyCompletion, NewEvent, Origin, OutboxStore,
-    RefundStore, StoreError, StoredResponse, Transaction,
+    ChargeStore, Client, IdempotentOutcome, KeyToComplete, NewCharge, OneStatementOperation,
+    Origin, RefundStore, Row, StoreError, StoredResponse,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::auth::{self, ClientId};
-use crate::idempotency::idempotent;
+use crate::idempotency::{Idempotent, idempotent};
 use crate::problem::ApiError;
 use crate::request_id;
 
@@ -43,54 +43,80 @@ struct CreateChargeOperation {
     origin: Origin,
 }
 
-impl IdempotentOperation for CreateChargeOperation {
-    type Error = ApiError;
+/// A charge about to be created, its event and its response, all decided before the
+/// one statement that writes them (`ChargeStore::create_once`).
+struct PreparedCharge {
+    fingerprint: Fingerprint,
+    charge: Charge,
+    owner: Option<ClientId>,
+    event_id: Uuid,
+    event_data: String,
+    origin: Origin,
+    response: StoredResponse,
+}
 
-    fn fingerprint(&self) -> Fingerprint {
-        self.request.fingerprint()
-    }
-
-    async fn execute(
-        &self,
-        tx: &Transaction<'_>,
-        now: DateTime<Utc>,
-        completion: KeyCompletion<'_>,
-    ) -> Result<CompletedKey, ApiError> {
+impl CreateChargeOperation {
+    /// The charge's `created_at` is the API's clock, in microseconds as Postgres keeps
+    /// it, so that the response and every later read show the same instant.
+    fn prepare(self, now: DateTime<Utc>) -> Result<PreparedCharge, ApiError> {
+        let created_at = DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now);
         let charge = Charge {
             id: Uuid::now_v7(),
             amount_cents: self.request.amount_cents(),
             currency: self.request.currency().to_owned(),
-            created_at: now,
+            created_at,
         };
         let event = ChargeCreated::new(Uuid::now_v7(), &charge);
-        let data = to_json_string(&event)?;
-        let outbox_row = NewEvent {
-            id: event.event_id,
-            aggregate_id: charge.id,
-            event_type: EventType::ChargeCreated,
-            sequence: FIRST_SEQUENCE,
-            data: &data,
-            created_at: now,
-            origin: &self.origin,
-        };
         let response = StoredResponse {
             status: 201,
             headers: vec![(header::LOCATION.to_string(), charge.location())],
             body: to_json_string(&charge)?,
         };
-        // Nothing the inserts return changes the response, so the charge, its event
-        // and the key's completion go out together (tokio-postgres pipelines
-        // concurrent statements on one connection): one round trip instead of three.
-        // Their order does not matter: the outbox has no foreign key (V8), and all
-        // three commit or none.
-        let writes = async {
-            futures::try_join!(
-                ChargeStore::insert(tx, &charge, self.owner.as_ref().map(ClientId::as_str)),
-                OutboxStore::insert(tx, &outbox_row),
-            )
-            .map(|_| ())
+        Ok(PreparedCharge {
+            fingerprint: self.request.fingerprint(),
+            event_id: event.event_id,
+            event_data: to_json_string(&event)?,
+            charge,
+            owner: self.owner,
+            origin: self.origin,
+            response,
+        })
+    }
+}
+
+impl OneStatementOperation for PreparedCharge {
+    fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint.clone()
+    }
+
+    fn response(&self) -> &StoredResponse {
+        &self.response
+    }
+
+    async fn call(&self, client: &Client, key: &KeyToComplete<'_>) -> Result<Row, StoreError> {
+        let new = NewCharge {
+            charge: &self.charge,
+            owner: self.owner.as_ref().map(ClientId::as_str),
+            event_id: self.event_id,
+            event_data: &self.event_data,
+            origin: &self.origin,
         };
-        Ok(completion.store_with(writes, response).await?)
+        ChargeStore::create_once(client, key, &new, &self.response).await
+    }
+}
+
+impl Idempotent for CreateChargeOperation {
+    async fn run(
+        self,
+        state: &AppState,
+        key: &IdempotencyKey,
+        endpoint: &str,
+    ) -> Result<IdempotentOutcome, ApiError> {
+        let charge = self.prepare(Utc::now())?;
+        Ok(state
+            .idempotency
+            .run_one_statement(&state.pool, key, endpoint, &charge)
+            .await?)
     }
 }
 

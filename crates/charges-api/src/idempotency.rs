@@ -7,7 +7,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use charges_domain::{IdempotencyKey, InvalidIdempotencyKey};
-use charges_store::{IdempotentOperation, IdempotentOutcome, StoredResponse};
+use charges_store::{IdempotentOutcome, StoredResponse};
 
 use crate::AppState;
 use crate::auth;
@@ -34,7 +34,7 @@ pub async fn idempotent<Op, Parse>(
     parse: Parse,
 ) -> Result<HttpResponse, ApiError>
 where
-    Op: IdempotentOperation<Error = ApiError>,
+    Op: Idempotent,
     Parse: FnOnce(&[u8]) -> Result<Op, ApiError>,
 {
     body::require_json(request)?;
@@ -49,15 +49,26 @@ where
     let operation = parse(&bytes)?;
     let scope = auth::idempotency_scope(auth::client(request).as_ref(), endpoint);
     let endpoint = scope.as_str();
-    let outcome = state
-        .idempotency
-        .run(&state.pool, &key, endpoint, &operation)
-        .await?;
+    let outcome = operation.run(state, &key, endpoint).await?;
     // The key may appear in logs (access-controlled, retained like the requests), never
     // in a metric label.
     tracing::info!(idempotency_key = %key, endpoint, outcome = outcome.as_str(), "idempotent request");
     metrics::idempotency_outcome(route, outcome.as_str());
     respond(outcome)
+}
+
+/// How an endpoint's operation runs under its reserved key: in a transaction the store
+/// opens (`IdempotencyStore::run`, an `IdempotentOperation`) or whole in one statement
+/// (`IdempotencyStore::run_one_statement`, a `OneStatementOperation`).
+// actix-web handlers run on a single-threaded runtime and do not need `Send` futures.
+#[allow(async_fn_in_trait)]
+pub trait Idempotent {
+    async fn run(
+        self,
+        state: &AppState,
+        key: &IdempotencyKey,
+        endpoint: &str,
+    ) -> Result<IdempotentOutcome, ApiError>;
 }
 
 /// Exactly one `Idempotency-Key` header, parsed. Several headers are refused rather

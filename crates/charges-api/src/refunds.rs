@@ -2,10 +2,12 @@
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use charges_domain::{ChargeRefunded, CreateRefund, EventType, Fingerprint, Refund};
+use charges_domain::{
+    ChargeRefunded, CreateRefund, EventType, Fingerprint, IdempotencyKey, Refund,
+};
 use charges_store::{
-    ChargeStore, CompletedKey, IdempotentOperation, KeyCompletion, NewEvent, Origin, OutboxStore,
-    RefundStore, StoreError, StoredResponse, Transaction,
+    ChargeStore, CompletedKey, IdempotentOperation, IdempotentOutcome, KeyCompletion, NewEvent,
+    Origin, OutboxStore, RefundStore, StoreError, StoredResponse, Transaction,
 };
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -13,7 +15,7 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::auth::{self, ClientId};
 use crate::charges::{parse_charge_id, to_json_string};
-use crate::idempotency::idempotent;
+use crate::idempotency::{Idempotent, idempotent};
 use crate::problem::ApiError;
 use crate::request_id;
 
@@ -46,6 +48,20 @@ struct CreateRefundOperation {
     owner: Option<ClientId>,
     /// The request's trace and id, carried by its event.
     origin: Origin,
+}
+
+impl Idempotent for CreateRefundOperation {
+    async fn run(
+        self,
+        state: &AppState,
+        key: &IdempotencyKey,
+        endpoint: &str,
+    ) -> Result<IdempotentOutcome, ApiError> {
+        state
+            .idempotency
+            .run(&state.pool, key, endpoint, &self)
+            .await
+    }
 }
 
 impl IdempotentOperation for CreateRefundOperation {

@@ -63,7 +63,11 @@ enum Command {
 /// What `pgbench-script` leaves out or does the old way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Variant {
+    /// One call of `charges_create_once` (V13), as the API runs it.
     AsShipped,
+    /// The same work as five statements in a transaction, as before V13; the variants
+    /// below change one of these statements.
+    Statements,
     /// The reservation without `pg_try_advisory_xact_lock`.
     NoAdvisoryLock,
     /// No trace context or request id on the event.
@@ -160,24 +164,66 @@ fn bind(sql: impl Into<BenchSql>, params: &[&str]) -> String {
     format!("{single_line};\n")
 }
 
+/// One new charge's values as pgbench expressions.
+struct PgbenchValues {
+    fingerprint: String,
+    key: &'static str,
+    charge_id: &'static str,
+    event_id: &'static str,
+    endpoint: &'static str,
+    payload: &'static str,
+    body: &'static str,
+    location: &'static str,
+    ttl_ms: &'static str,
+    trace_parent: &'static str,
+    request_id: &'static str,
+}
+
+impl PgbenchValues {
+    fn new() -> Result<PgbenchValues, String> {
+        let request = CreateCharge::new(4900, Some("EUR")).map_err(|e| e.to_string())?;
+        Ok(PgbenchValues {
+            fingerprint: format!("'{}'", request.fingerprint()),
+            // Distinct per client and transaction, like the API's fresh keys (random
+            // UUIDs, as clients choose them) and ids.
+            key: "md5('key-' || :client_id || '-' || :r)::uuid::text",
+            charge_id: "md5('charge-' || :client_id || '-' || :r)::uuid",
+            event_id: "md5('event-' || :client_id || '-' || :r)::uuid",
+            endpoint: "'/charges'",
+            // Constant texts of the API's sizes: building them server-side would slow
+            // the floor down and flatter the ratio.
+            payload: "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'",
+            body: "'{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}'",
+            location: "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'",
+            ttl_ms: "86400000",
+            // The API stores the request's trace and request id with every event.
+            trace_parent: "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
+            request_id: "'3f1c2d9e-8a41-4b6c-9d2e-5a7b8c9d0e1f'",
+        })
+    }
+}
+
 fn pgbench_script(variant: Variant) -> Result<String, String> {
-    let request = CreateCharge::new(4900, Some("EUR")).map_err(|e| e.to_string())?;
-    let fingerprint = format!("'{}'", request.fingerprint());
-    // Distinct per client and transaction, like the API's fresh keys (random UUIDs,
-    // as clients choose them) and ids.
-    let key = "md5('key-' || :client_id || '-' || :r)::uuid::text";
-    let charge_id = "md5('charge-' || :client_id || '-' || :r)::uuid";
-    let event_id = "md5('event-' || :client_id || '-' || :r)::uuid";
-    let endpoint = "'/charges'";
-    // Constant texts of the API's sizes: building them server-side would slow the
-    // floor down and flatter the ratio.
-    let payload = "'{\"eventId\":\"01a2384a-d032-7351-a2c2-20c7a23be555\",\"chargeId\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"occurredAt\":\"2026-12-02T19:45:56.783080Z\"}'";
-    let body = "'{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}'";
-    let location = "'[[\"location\",\"/charges/01a2384a-d032-7351-a2c2-20c6b45c2233\"]]'";
-    let ttl_ms = "86400000";
+    if variant == Variant::AsShipped {
+        return pgbench_one_statement_script();
+    }
+    let PgbenchValues {
+        fingerprint,
+        key,
+        charge_id,
+        event_id,
+        endpoint,
+        payload,
+        body,
+        location,
+        ttl_ms,
+        trace_parent,
+        request_id,
+    } = PgbenchValues::new()?;
+    let fingerprint = fingerprint.as_str();
     let mut script = String::from("\\set r random(1, 9000000000000000000)\nBEGIN;\n");
     let mut reserve = if variant == Variant::StartedThenCompleted {
-        bind(RESERVE_BEFORE_V11, &[key, endpoint, &fingerprint, ttl_ms])
+        bind(RESERVE_BEFORE_V11, &[key, endpoint, fingerprint, ttl_ms])
     } else {
         bind(charges_store::idempotency_keys::RESERVE, &[key, endpoint])
     };
@@ -195,13 +241,9 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
         charges_store::charges::INSERT,
         &[charge_id, "4900", "'EUR'", "now()", "NULL"],
     );
-    // The API stores the request's trace and request id with every event.
     let (trace_parent, request_id) = match variant {
         Variant::NoTraceColumns => ("NULL", "NULL"),
-        _ => (
-            "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
-            "'3f1c2d9e-8a41-4b6c-9d2e-5a7b8c9d0e1f'",
-        ),
+        _ => (trace_parent, request_id),
     };
     let mut insert = bind(
         charges_store::outbox::INSERT,
@@ -231,11 +273,43 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
     } else {
         bind(
             charges_store::idempotency_keys::COMPLETE,
-            &[key, endpoint, &fingerprint, "201", location, body, ttl_ms],
+            &[key, endpoint, fingerprint, "201", location, body, ttl_ms],
         )
     };
     script += "COMMIT;\n";
     Ok(script)
+}
+
+/// The charge as the API creates it: one call of `charges_create_once`, with the same
+/// values as the statements' script (`pgbench_script`).
+fn pgbench_one_statement_script() -> Result<String, String> {
+    let values = PgbenchValues::new()?;
+    let call = bind(
+        charges_store::charges::CREATE_ONCE,
+        &[
+            values.key,
+            values.endpoint,
+            &values.fingerprint,
+            values.ttl_ms,
+            "201",
+            values.location,
+            values.body,
+            values.charge_id,
+            "4900",
+            "'EUR'",
+            "now()",
+            "NULL",
+            values.event_id,
+            "'charge'",
+            "'ChargeCreated'",
+            "1",
+            values.payload,
+            values.trace_parent,
+            "NULL",
+            values.request_id,
+        ],
+    );
+    Ok(format!("\\set r random(1, 9000000000000000000)\n{call}"))
 }
 
 fn pgbench_relay_script(batch_size: u32, ordered: bool) -> String {

@@ -1,10 +1,13 @@
 //! `charges`: the aggregate.
 
-use charges_domain::{Charge, EventType};
+use charges_domain::{Charge, EventType, FIRST_SEQUENCE};
+use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::idempotency_keys::{KeyToComplete, StoredResponse, encode_headers};
+use crate::outbox::Origin;
 use crate::statements::{self, Connection, Sql};
 
 pub struct ChargeStore;
@@ -20,6 +23,47 @@ VALUES ($1, $2, $3, $4, $5)",
         Type::INT4,
         Type::BPCHAR,
         Type::TIMESTAMPTZ,
+        Type::TEXT,
+    ],
+);
+
+/// `ChargeCreateOnce`: the whole of `POST /charges` in one statement, the key's
+/// reservation and completion included (`charges_create_once`, migration V13, which
+/// holds the three inserts; see `OneStatementOperation`). Its columns are
+/// `IdempotencyKeyReserve`'s and `outcome`.
+pub const CREATE_ONCE: Sql = Sql::new(
+    "
+SELECT r_outcome AS outcome, r_acquired AS acquired, r_now AS now,
+       r_request_hash AS request_hash, r_status AS status,
+       r_response_status AS response_status, r_response_headers AS response_headers,
+       r_response_body AS response_body, r_expires_at AS expires_at
+  FROM charges_create_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                           $15, $16, $17, $18, $19, $20)",
+    &[
+        // The key: key, endpoint, fingerprint, TTL in milliseconds.
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        // The response it stores: status, headers, body.
+        Type::INT4,
+        Type::JSONB,
+        Type::TEXT,
+        // The charge: id, amount, currency, created_at, owner.
+        Type::UUID,
+        Type::INT4,
+        Type::BPCHAR,
+        Type::TIMESTAMPTZ,
+        Type::TEXT,
+        // Its event: id, aggregate type, event type, sequence, data, trace parent,
+        // trace state, request id.
+        Type::UUID,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
         Type::TEXT,
     ],
 );
@@ -84,7 +128,60 @@ pub struct RefundableCharge {
     pub event_sequence: i64,
 }
 
+/// A new charge and its `ChargeCreated` event, as [`ChargeStore::create_once`] writes
+/// them. The event's row takes the statement's time as its `created_at`, whatever the
+/// charge's.
+pub struct NewCharge<'a> {
+    pub charge: &'a Charge,
+    /// The authenticated client that creates it; `None` without authentication.
+    pub owner: Option<&'a str>,
+    /// The event's id, what consumers deduplicate on.
+    pub event_id: Uuid,
+    /// The event's payload exactly as it goes on the wire.
+    pub event_data: &'a str,
+    pub origin: &'a Origin,
+}
+
 impl ChargeStore {
+    /// Creates `new` under `key` unless the key was used already, in one statement
+    /// ([`CREATE_ONCE`]); the row is `OneStatementOperation::call`'s.
+    pub async fn create_once(
+        client: &impl Connection,
+        key: &KeyToComplete<'_>,
+        new: &NewCharge<'_>,
+        response: &StoredResponse,
+    ) -> Result<Row, StoreError> {
+        let event_type = EventType::ChargeCreated;
+        let headers = encode_headers(&response.headers);
+        statements::query_one(
+            client,
+            &CREATE_ONCE,
+            &[
+                &key.key,
+                &key.endpoint,
+                &key.fingerprint.as_str(),
+                &key.ttl_ms,
+                &i32::from(response.status),
+                &headers,
+                &response.body,
+                &new.charge.id,
+                &new.charge.amount_cents,
+                &new.charge.currency,
+                &new.charge.created_at,
+                &new.owner,
+                &new.event_id,
+                &event_type.aggregate_type(),
+                &event_type.as_str(),
+                &FIRST_SEQUENCE,
+                &new.event_data,
+                &new.origin.trace_parent,
+                &new.origin.trace_state,
+                &new.origin.request_id,
+            ],
+        )
+        .await
+    }
+
     /// `owner` is the authenticated client that creates it, `None` without
     /// authentication.
     pub async fn insert(

@@ -52,6 +52,41 @@ pub trait IdempotentOperation {
     ) -> Result<CompletedKey, Self::Error>;
 }
 
+/// An operation the database runs whole in one statement, key included: a function of
+/// the schema that reserves the key as [`RESERVE`] does, writes, and completes the key
+/// as [`COMPLETE`] does, in autocommit (for `POST /charges`, `charges_create_once`,
+/// migration V13). One round trip and no plan to make per request, prepared or not,
+/// which is what keeps a transaction pooler's path as fast as the direct one.
+///
+/// [`IdempotencyStore::run_one_statement`] runs it with the same replay cache, retry
+/// and outcomes as [`IdempotencyStore::run`].
+#[allow(async_fn_in_trait)]
+pub trait OneStatementOperation {
+    /// What identifies "the same request" for this endpoint.
+    fn fingerprint(&self) -> Fingerprint;
+
+    /// The response the statement stores when it runs the operation.
+    fn response(&self) -> &StoredResponse;
+
+    /// Runs the statement for `key`; its one row has [`RESERVE`]'s columns and
+    /// `outcome`: `executed` (everything written, the key completed with
+    /// [`Self::response`]), `taken` (the key's row was taken after it was read; nothing
+    /// written) or `found` (nothing written; the row as read decides).
+    async fn call(
+        &self,
+        client: &deadpool_postgres::Client,
+        key: &KeyToComplete<'_>,
+    ) -> Result<Row, StoreError>;
+}
+
+/// The key a [`OneStatementOperation`] reserves and completes, and for how long.
+pub struct KeyToComplete<'a> {
+    pub key: &'a str,
+    pub endpoint: &'a str,
+    pub fingerprint: &'a Fingerprint,
+    pub ttl_ms: i64,
+}
+
 /// The reserved key's last write: its row with the replayable response
 /// (`IdempotencyKeyComplete`). Consumed by value, so an operation completes its key
 /// exactly once.
@@ -309,12 +344,8 @@ impl IdempotencyStore {
     ) -> Result<IdempotentOutcome, Op::Error> {
         let key = key.to_string();
         let fingerprint = operation.fingerprint();
-        if let Some(hit) = self.cache.get(&key, endpoint) {
-            return Ok(if hit.fingerprint == fingerprint {
-                IdempotentOutcome::Replayed(hit.response.clone())
-            } else {
-                IdempotentOutcome::PayloadConflict
-            });
+        if let Some(outcome) = self.cached(&key, endpoint, &fingerprint) {
+            return Ok(outcome);
         }
         let mut client = pool.get().await.map_err(StoreError::from)?;
         // A lost race ends in a rolled-back attempt; the next one's snapshot sees the
@@ -330,6 +361,96 @@ impl IdempotencyStore {
             }
         }
         Ok(IdempotentOutcome::InFlight)
+    }
+
+    /// Runs `operation` at most once per `(key, endpoint)` within the TTL, as [`Self::run`]
+    /// does, in one statement per attempt.
+    pub async fn run_one_statement<Op: OneStatementOperation>(
+        &self,
+        pool: &Pool,
+        key: &IdempotencyKey,
+        endpoint: &str,
+        operation: &Op,
+    ) -> Result<IdempotentOutcome, StoreError> {
+        let key = key.to_string();
+        let fingerprint = operation.fingerprint();
+        if let Some(outcome) = self.cached(&key, endpoint, &fingerprint) {
+            return Ok(outcome);
+        }
+        let client = pool.get().await?;
+        let request = KeyToComplete {
+            key: &key,
+            endpoint,
+            fingerprint: &fingerprint,
+            ttl_ms: self.ttl_ms(),
+        };
+        for _ in 0..ATTEMPTS {
+            // Before the statement, whose time `expires_at` is computed from (see
+            // `attempt`).
+            let observed_at = Instant::now();
+            let row = operation.call(&client, &request).await?;
+            let (outcome, remaining) = match row.try_get::<_, &str>("outcome")? {
+                "executed" => (
+                    IdempotentOutcome::Executed(operation.response().clone()),
+                    self.ttl,
+                ),
+                "taken" => continue,
+                "found" => match decide(&row, &fingerprint)? {
+                    Reservation::Decided(outcome) => return Ok(outcome),
+                    Reservation::Completed(response, remaining) => {
+                        (IdempotentOutcome::Replayed(response), remaining)
+                    }
+                    Reservation::Reserved { .. } => {
+                        return Err(StoreError::Invariant(
+                            "the statement found the key free and ran nothing".to_owned(),
+                        ));
+                    }
+                },
+                other => {
+                    return Err(StoreError::Invariant(format!(
+                        "the statement answered the unknown outcome {other:?}"
+                    )));
+                }
+            };
+            self.remember(&request, &outcome, observed_at, remaining);
+            return Ok(outcome);
+        }
+        Ok(IdempotentOutcome::InFlight)
+    }
+
+    /// The outcome the replay cache knows for this key, if any.
+    fn cached(
+        &self,
+        key: &str,
+        endpoint: &str,
+        fingerprint: &Fingerprint,
+    ) -> Option<IdempotentOutcome> {
+        let hit = self.cache.get(key, endpoint)?;
+        Some(if hit.fingerprint == *fingerprint {
+            IdempotentOutcome::Replayed(hit.response.clone())
+        } else {
+            IdempotentOutcome::PayloadConflict
+        })
+    }
+
+    /// Remembers a stored response in process for `remaining`, from `observed_at`.
+    fn remember(
+        &self,
+        key: &KeyToComplete<'_>,
+        outcome: &IdempotentOutcome,
+        observed_at: Instant,
+        remaining: Duration,
+    ) {
+        if let IdempotentOutcome::Executed(stored) | IdempotentOutcome::Replayed(stored) = outcome {
+            self.cache.insert(
+                key.key.to_owned(),
+                key.endpoint.to_owned(),
+                key.fingerprint.clone(),
+                stored.clone(),
+                observed_at,
+                remaining,
+            );
+        }
     }
 
     /// One transaction; `None` when the key was taken under it and nothing committed.
@@ -370,17 +491,13 @@ impl IdempotencyStore {
                 (IdempotentOutcome::Replayed(response), remaining)
             }
         };
-        if let IdempotentOutcome::Executed(stored) | IdempotentOutcome::Replayed(stored) = &response
-        {
-            self.cache.insert(
-                key.to_owned(),
-                endpoint.to_owned(),
-                fingerprint.clone(),
-                stored.clone(),
-                observed_at,
-                remaining,
-            );
-        }
+        let request = KeyToComplete {
+            key,
+            endpoint,
+            fingerprint,
+            ttl_ms: self.ttl_ms(),
+        };
+        self.remember(&request, &response, observed_at, remaining);
         Ok(Some(response))
     }
 
@@ -414,23 +531,29 @@ impl IdempotencyStore {
         fingerprint: &Fingerprint,
     ) -> Result<Reservation, StoreError> {
         let row = statements::query_one(tx, &RESERVE, &[&key, &endpoint]).await?;
-        let acquired = row.try_get::<_, bool>("acquired")?;
-        let status = row.try_get::<_, Option<&str>>("status")?;
-        let free = status.is_none() || expired_completion(&row)?;
-        if acquired && free {
-            return Ok(Reservation::Reserved {
-                now: row.try_get("now")?,
-            });
-        }
-        // Another request for this key holds its lock: one writing it, or one more
-        // retry of a request that already finished. A completed row within its TTL is
-        // final whatever the holder does (only an expired one is written again), so it
-        // is answered now rather than sent back as in flight.
-        if !acquired && (free || status == Some("STARTED")) {
-            return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
-        }
-        stored_outcome(&row, fingerprint)
+        decide(&row, fingerprint)
     }
+}
+
+/// What a request may do, from the lock's answer and the key's row as [`RESERVE`] (or a
+/// [`OneStatementOperation`]) read them.
+fn decide(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, StoreError> {
+    let acquired = row.try_get::<_, bool>("acquired")?;
+    let status = row.try_get::<_, Option<&str>>("status")?;
+    let free = status.is_none() || expired_completion(row)?;
+    if acquired && free {
+        return Ok(Reservation::Reserved {
+            now: row.try_get("now")?,
+        });
+    }
+    // Another request for this key holds its lock: one writing it, or one more retry
+    // of a request that already finished. A completed row within its TTL is final
+    // whatever the holder does (only an expired one is written again), so it is
+    // answered now rather than sent back as in flight.
+    if !acquired && (free || status == Some("STARTED")) {
+        return Ok(Reservation::Decided(IdempotentOutcome::InFlight));
+    }
+    stored_outcome(row, fingerprint)
 }
 
 /// Whether RESERVE found a `COMPLETED` row that has expired at the statement's time: the
@@ -471,7 +594,7 @@ fn stored_outcome(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, S
     Ok(Reservation::Completed(response, remaining))
 }
 
-fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
+pub(crate) fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
     serde_json::Value::Array(
         headers
             .iter()

@@ -42,13 +42,13 @@ pub mod statements;
 mod tls;
 mod unreplicated_commit;
 
-pub use charges::{ChargeStore, RefundableCharge};
+pub use charges::{ChargeStore, NewCharge, RefundableCharge};
 pub use claim_transaction::ClaimTransaction;
-pub use deadpool_postgres::{GenericClient, Pool, Transaction};
+pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
 pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
 pub use idempotency_keys::{
     CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome, KeyCompletion,
-    StoredResponse,
+    KeyToComplete, OneStatementOperation, StoredResponse,
 };
 pub use outbox::{
     ClaimStatements, DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent,
@@ -64,4 +64,5 @@ pub use replication::{ReplicationStore, StandbyProgress};
 pub use statements::{Connection, Pooler, Sql};
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;
+pub use tokio_postgres::Row;
 pub use unreplicated_commit::UNREPLICATED_COMMITS_METRIC;
