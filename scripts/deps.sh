@@ -115,6 +115,29 @@ if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
   rm -rf "$promtool_dir" "$download" && mv "$promtool_dir.partial" "$promtool_dir"
 fi
 
+# A PgBouncer that keeps prepared statements in transaction pooling (1.21 and later;
+# bookworm ships 1.18): Debian trixie's source, pinned by its checksum, built into the
+# cache once per machine (seconds). tests/tests/pooler.rs and make bench run it for
+# --db-pooler transaction-prepared; nothing is installed system-wide.
+pgbouncer_prepared_version=1.24.1
+pgbouncer_prepared_sha256=da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0
+pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$pgbouncer_prepared_version"
+if [ "$level" = full ] && [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
+  echo "deps: building PgBouncer $pgbouncer_prepared_version (Debian trixie's source) into $pgbouncer_prepared_dir"
+  [ -f /usr/include/event2/event.h ] || apt_install libevent-dev
+  command -v make >/dev/null 2>&1 || apt_install make
+  build="$(mktemp -d)"
+  tarball="pgbouncer_$pgbouncer_prepared_version.orig.tar.gz"
+  curl -fsSL --retry 3 -o "$build/$tarball" "https://deb.debian.org/debian/pool/main/p/pgbouncer/$tarball"
+  echo "$pgbouncer_prepared_sha256  $build/$tarball" | sha256sum -c --quiet
+  tar -xzf "$build/$tarball" -C "$build"
+  (cd "$build/pgbouncer-$pgbouncer_prepared_version" && ./configure --without-cares >/dev/null && make -j2 >/dev/null)
+  mkdir -p "$pgbouncer_prepared_dir"
+  cp "$build/pgbouncer-$pgbouncer_prepared_version/pgbouncer" "$pgbouncer_prepared_dir/pgbouncer.partial"
+  mv "$pgbouncer_prepared_dir/pgbouncer.partial" "$pgbouncer_prepared_dir/pgbouncer"
+  rm -rf "$build"
+fi
+
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
 if [ -f "$stamp" ] && [ -z "${CHARGES_DEPS_FORCE:-}" ] \
   && command -v cmake pg_isready cargo-nextest tansu pgbouncer >/dev/null 2>&1; then

@@ -8,8 +8,11 @@
 #              unnamed, parsed and planned per execution; unnamed / direct is what the
 #              statement design costs without any pooler;
 #   pgbouncer  --db-pooler transaction through a PgBouncer the stage starts
-#              (pool_mode = transaction, BENCH_PGBOUNCER_POOL server connections);
-#              target ≥ 0.85 of direct;
+#              (Debian's 1.18, pool_mode = transaction, BENCH_PGBOUNCER_POOL server
+#              connections); target ≥ 0.85 of direct;
+#   prepared   --db-pooler transaction-prepared through the PgBouncer 1.24 `make deps`
+#              builds (the same settings and max_prepared_statements = 200):
+#              statements prepared through the pooler; target ≥ 0.85 of direct;
 #   previous   only with BENCH_PREVIOUS_API=<charges-api binary of an earlier build>:
 #              that API, direct, with the same pool and workers; direct / previous says
 #              whether the direct path changed (target ≥ 0.95).
@@ -28,32 +31,46 @@ stage_pooler() {
   psql_on "$pooler_direct_url" \
     -c "ALTER DATABASE $pooler_db SET statement_timeout = '5s'" \
     -c "ALTER DATABASE $pooler_db SET idle_in_transaction_session_timeout = '10s'"
-  start_pgbouncer
   pooler_variants=(direct)
-  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer previous}; do
+  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer prepared previous}; do
     case "$variant" in
       direct) ;;
-      unnamed | pgbouncer) pooler_variants+=("$variant") ;;
+      unnamed | pgbouncer | prepared) pooler_variants+=("$variant") ;;
       previous) [ -z "${BENCH_PREVIOUS_API:-}" ] || pooler_variants+=(previous) ;;
-      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer previous)" >&2; exit 2 ;;
+      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer prepared previous)" >&2; exit 2 ;;
     esac
   done
+  start_pgbouncer pgbouncer ""
+  pooler_pooled_url=$pgbouncer_url
+  if [[ " ${pooler_variants[*]} " == *" prepared "* ]]; then
+    [ -x "$pgbouncer_prepared" ] ||
+      { echo "bench: the prepared variant needs $pgbouncer_prepared (make deps builds it)" >&2; exit 2; }
+    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200"
+    pooler_prepared_url=$pgbouncer_url
+  fi
   section "new charges through PgBouncer vs direct (target ≥ 0.85)"
   for clients in 8 32; do
     pooler_clients "$clients"
   done
-  stop_pids "$pgbouncer_pid"
-  rm -rf "$pgbouncer_dir"
+  stop_pids "${pgbouncer_pids[@]}"
+  rm -rf "${pgbouncer_dirs[@]}"
 }
 
-# start_pgbouncer: PgBouncer on a free port in front of the server, every setting at
-# its default but the pool mode and size (so it refuses the `options` startup
-# parameter, as a deployment's would); sets pooler_pooled_url and pgbouncer_pid.
+# The PgBouncer that keeps prepared statements (scripts/deps.sh builds it).
+pgbouncer_prepared="${PGBOUNCER_PREPARED:-${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-1.24.1/pgbouncer}"
+pgbouncer_pids=()
+pgbouncer_dirs=()
+
+# start_pgbouncer BINARY EXTRA_SETTING: PgBouncer on a free port in front of the
+# server, every setting at its default but the pool mode and size and EXTRA_SETTING (so
+# it refuses the `options` startup parameter, as a deployment's would); sets
+# pgbouncer_url, adds to pgbouncer_pids and pgbouncer_dirs.
 start_pgbouncer() {
-  local host server_port user listen as_user=()
+  local binary=$1 extra=$2 host server_port user listen as_user=() pgbouncer_dir
   read -r host server_port user < <(psql_on "$server_url" -c '\echo :HOST :PORT :USER')
-  listen=$(free_port $(( port + 1 )))
+  listen=$(free_port $(( port + 1 + ${#pgbouncer_pids[@]} * 7 )))
   pgbouncer_dir=$(mktemp -d)
+  pgbouncer_dirs+=("$pgbouncer_dir")
   cat >"$pgbouncer_dir/pgbouncer.ini" <<INI
 [databases]
 * = host=$host port=$server_port
@@ -66,6 +83,7 @@ auth_type = trust
 auth_file = $pgbouncer_dir/userlist.txt
 pool_mode = transaction
 default_pool_size = ${BENCH_PGBOUNCER_POOL:-16}
+$extra
 INI
   printf '"%s" ""\n' "$user" >"$pgbouncer_dir/userlist.txt"
   # PgBouncer refuses to run as root; it then reads its files as the server's OS user.
@@ -74,19 +92,19 @@ INI
     chmod 755 "$pgbouncer_dir"
     chmod 644 "$pgbouncer_dir"/*
   fi
-  pgbouncer "${as_user[@]}" "$pgbouncer_dir/pgbouncer.ini" >"$out_dir/pgbouncer.log" 2>&1 &
-  pgbouncer_pid=$!
-  pids+=("$pgbouncer_pid")
-  pooler_pooled_url="postgres://$user@127.0.0.1:$listen/$pooler_db"
-  wait_until 30 "PgBouncer to accept connections (log: $out_dir/pgbouncer.log)" \
-    psql_on "$pooler_pooled_url" -c "SELECT 1"
+  "$binary" "${as_user[@]}" "$pgbouncer_dir/pgbouncer.ini" >"$out_dir/pgbouncer-$listen.log" 2>&1 &
+  pgbouncer_pids+=($!)
+  pids+=($!)
+  pgbouncer_url="postgres://$user@127.0.0.1:$listen/$pooler_db"
+  wait_until 30 "PgBouncer to accept connections (log: $out_dir/pgbouncer-$listen.log)" \
+    psql_on "$pgbouncer_url" -c "SELECT 1"
 }
 
 # pooler_clients CLIENTS: BENCH_ROUNDS rounds of every variant, then their medians as
 # table rows and one record.
 pooler_clients() {
   local clients=$1 round offset i n=${#pooler_variants[@]} variant errors=0
-  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_previous=()
+  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_prepared=() runs_previous=()
   for round in $(seq 1 "$rounds"); do
     offset=$(( (round - 1) % n ))
     for i in $(seq 0 $(( n - 1 ))); do
@@ -95,8 +113,9 @@ pooler_clients() {
       pooler_run "$variant" "$clients"
     done
   done
-  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_previous
-  local p50_direct p50_unnamed p50_pgbouncer p50_previous p99_direct p99_unnamed p99_pgbouncer p99_previous
+  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_prepared rps_previous
+  local p50_direct p50_unnamed p50_pgbouncer p50_prepared p50_previous
+  local p99_direct p99_unnamed p99_pgbouncer p99_prepared p99_previous
   for variant in "${pooler_variants[@]}"; do
     pooler_median "$variant"
   done
@@ -104,6 +123,11 @@ pooler_clients() {
     r=$(ratio "$rps_pgbouncer" "$rps_direct")
     row "PgBouncer c=$clients|$rps_pgbouncer req/s p50 ${p50_pgbouncer}ms p99 ${p99_pgbouncer}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
     fields+=(ratio_to_direct="$r" target=0.85)
+  fi
+  if [ ${#runs_prepared[@]} -gt 0 ]; then
+    r=$(ratio "$rps_prepared" "$rps_direct")
+    row "PgBouncer 1.24, prepared c=$clients|$rps_prepared req/s p50 ${p50_prepared}ms p99 ${p99_prepared}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
+    fields+=(prepared_ratio_to_direct="$r")
   fi
   if [ ${#runs_unnamed[@]} -gt 0 ]; then
     r=$(ratio "$rps_unnamed" "$rps_direct")
@@ -147,6 +171,7 @@ pooler_run() {
     direct) start_api "$pooler_direct_url" --db-pooler none ;;
     unnamed) start_api "$pooler_direct_url" --db-pooler transaction ;;
     pgbouncer) start_api "$pooler_pooled_url" --db-pooler transaction ;;
+    prepared) start_api "$pooler_prepared_url" --db-pooler transaction-prepared ;;
     previous) start_api_binary "$BENCH_PREVIOUS_API" "$pooler_direct_url" ;;
   esac
   into+=("$(run_wrk "$clients" scripts/bench/new_charges.lua)")

@@ -1,6 +1,9 @@
 //! A real PgBouncer (Debian's package, 1.18: no protocol-level prepared statements) in
 //! transaction pooling in front of the test server, started per test on a free port,
-//! with every setting at its default but the pool size. Stopped when dropped.
+//! with every setting at its default but the pool size. Stopped when dropped. Or the
+//! PgBouncer `make deps` builds from Debian trixie's source (1.24), which keeps
+//! prepared statements with `max_prepared_statements` (`--db-pooler
+//! transaction-prepared`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +26,8 @@ pub struct PgBouncerSettings {
     pub pool_mode: &'static str,
     /// Server connections per database and user.
     pub default_pool_size: u32,
+    /// PgBouncer 1.24 with `max_prepared_statements = 200` instead of Debian's 1.18.
+    pub keeps_prepared_statements: bool,
 }
 
 impl Default for PgBouncerSettings {
@@ -30,8 +35,23 @@ impl Default for PgBouncerSettings {
         PgBouncerSettings {
             pool_mode: "transaction",
             default_pool_size: 8,
+            keeps_prepared_statements: false,
         }
     }
+}
+
+/// The PgBouncer that keeps prepared statements: `$PGBOUNCER_PREPARED`, else where
+/// `make deps` (scripts/deps.sh) builds it.
+pub fn prepared_statements_pgbouncer() -> PathBuf {
+    if let Some(path) = std::env::var_os("PGBOUNCER_PREPARED") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+        });
+    cache.join("charges-tools/pgbouncer-1.24.1/pgbouncer")
 }
 
 impl TestPgBouncer {
@@ -56,17 +76,26 @@ impl TestPgBouncer {
              listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
              auth_type = trust\nauth_file = {auth}\npool_mode = {mode}\n\
              default_pool_size = {size}\nmax_client_conn = 500\n\
-             admin_users = {user}\nlogfile = {log}\n",
+             admin_users = {user}\nlogfile = {log}\n{prepared}",
             log = dir.join("pgbouncer.log").display(),
             auth = dir.join("userlist.txt").display(),
             mode = settings.pool_mode,
             size = settings.default_pool_size,
+            prepared = if settings.keeps_prepared_statements {
+                "max_prepared_statements = 200\n"
+            } else {
+                ""
+            },
         );
         std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
         std::fs::write(dir.join("userlist.txt"), format!("\"{user}\" \"\"\n"))
             .expect("userlist.txt");
         make_readable(&dir);
-        let mut command = Command::new("pgbouncer");
+        let mut command = if settings.keeps_prepared_statements {
+            Command::new(prepared_statements_pgbouncer())
+        } else {
+            Command::new("pgbouncer")
+        };
         // PgBouncer refuses to run as root: it switches to the server's OS user.
         if is_root() {
             command.args(["-u", "postgres"]);
@@ -126,6 +155,35 @@ impl TestPgBouncer {
             }
         });
         SessionWatcher { stop, task }
+    }
+
+    /// How many statements clients asked PgBouncer to parse for `db`, and how many
+    /// executions they bound, since it started (`SHOW STATS`, PgBouncer 1.21 and later):
+    /// clients that prepare their statements parse each once per connection.
+    pub async fn parses_and_binds(&self, db: &TestDb) -> (i64, i64) {
+        let url = format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port);
+        let client = crate::connect(&url).await;
+        let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");
+        let row = messages
+            .iter()
+            .find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row)
+                    if row.get("database") == Some(db.name.as_str()) =>
+                {
+                    Some(row)
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no SHOW STATS row for {}", db.name));
+        let number = |column: &str| -> i64 {
+            row.get(column)
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("SHOW STATS has no number in {column}"))
+        };
+        (
+            number("total_client_parse_count"),
+            number("total_bind_count"),
+        )
     }
 
     /// PgBouncer's own log, for a failing test's message.

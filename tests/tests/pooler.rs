@@ -8,7 +8,7 @@ use std::time::Duration;
 use charges_tests::kafka::{BrokerKind, TestKafka};
 use charges_tests::metrics::{sample, scrape_until};
 use charges_tests::outbox::count_outbox;
-use charges_tests::pgbouncer::{TestPgBouncer, bound_server_sessions};
+use charges_tests::pgbouncer::{PgBouncerSettings, TestPgBouncer, bound_server_sessions};
 use charges_tests::{
     DEADLINE, Process, TestApi, TestDb, binary, expect_problem, new_key, poll_until,
     start_consumer, start_relay,
@@ -18,13 +18,40 @@ use reqwest::StatusCode;
 use uuid::Uuid;
 
 const POOLED: [&str; 2] = ["--db-pooler", "transaction"];
+const POOLED_PREPARED: [&str; 2] = ["--db-pooler", "transaction-prepared"];
+
+/// Which PgBouncer sits in front, and the `--db-pooler` that goes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bouncer {
+    /// Debian bookworm's 1.18, at its defaults: statements go unnamed.
+    Debian,
+    /// 1.24 with `max_prepared_statements`: statements are prepared through it.
+    KeepsPreparedStatements,
+}
+
+impl Bouncer {
+    fn pooler_args(self) -> &'static [&'static str] {
+        match self {
+            Bouncer::Debian => &POOLED,
+            Bouncer::KeepsPreparedStatements => &POOLED_PREPARED,
+        }
+    }
+}
 
 /// A test database whose server sessions are bounded as a deployment's roles are, and
 /// a PgBouncer in front of it (8 server connections); returns both and the pooled URL.
 async fn behind_pgbouncer(statement: Duration) -> (TestDb, TestPgBouncer, String) {
+    behind(Bouncer::Debian, statement).await
+}
+
+async fn behind(kind: Bouncer, statement: Duration) -> (TestDb, TestPgBouncer, String) {
     let db = TestDb::new().await;
     bound_server_sessions(&db, statement, statement * 2).await;
-    let bouncer = TestPgBouncer::start().await;
+    let bouncer = TestPgBouncer::start_with(PgBouncerSettings {
+        keeps_prepared_statements: kind == Bouncer::KeepsPreparedStatements,
+        ..PgBouncerSettings::default()
+    })
+    .await;
     let url = bouncer.url(&db);
     (db, bouncer, url)
 }
@@ -88,30 +115,38 @@ async fn one_customer(api: &TestApi, n: usize) -> Vec<u16> {
 /// the pooler.
 #[tokio::test]
 async fn every_binary_works_through_pgbouncer_with_fewer_server_connections() {
-    through_pgbouncer(BrokerKind::Mock).await;
+    through_pgbouncer(BrokerKind::Mock, Bouncer::Debian).await;
 }
 
 /// The same with a real Kafka-protocol broker (tansu) behind the relays; the consumer,
 /// which needs consumer groups, is left to the mock's run.
 #[tokio::test]
 async fn tansu_the_api_and_relays_work_through_pgbouncer_to_a_real_broker() {
-    through_pgbouncer(BrokerKind::Tansu).await;
+    through_pgbouncer(BrokerKind::Tansu, Bouncer::Debian).await;
 }
 
-async fn through_pgbouncer(broker: BrokerKind) {
-    let (db, bouncer, pooled) = behind_pgbouncer(Duration::from_secs(2)).await;
+/// The same through PgBouncer 1.24 with `max_prepared_statements` and `--db-pooler
+/// transaction-prepared`: statements are prepared once per client connection and bound
+/// many times through the pooler (its own counters), with the same guarantees.
+#[tokio::test]
+async fn every_binary_works_through_a_pgbouncer_that_keeps_prepared_statements() {
+    through_pgbouncer(BrokerKind::Mock, Bouncer::KeepsPreparedStatements).await;
+}
+
+async fn through_pgbouncer(broker: BrokerKind, kind: Bouncer) {
+    let (db, bouncer, pooled) = behind(kind, Duration::from_secs(2)).await;
     let kafka = TestKafka::of(broker, 3).await;
-    let api_args = [&POOLED[..], &["--db-pool-size", "32"]].concat();
+    let api_args = [kind.pooler_args(), &["--db-pool-size", "32"]].concat();
     let api = TestApi::start_at(&pooled, &api_args).await;
     let relay_args = [
-        &POOLED[..],
+        kind.pooler_args(),
         &["--database-url", &pooled, "--listen-database-url", &db.url],
     ]
     .concat();
     let (mut relay_1, _) = start_relay(&db, &kafka, &relay_args).await;
     let (mut relay_2, _) = start_relay(&db, &kafka, &relay_args).await;
     let consumer = match broker {
-        BrokerKind::Mock => Some(start_pooled_consumer(&db, &kafka, &pooled).await),
+        BrokerKind::Mock => Some(start_pooled_consumer(&db, &kafka, &pooled, kind).await),
         BrokerKind::Tansu => None,
     };
 
@@ -187,18 +222,43 @@ async fn through_pgbouncer(broker: BrokerKind) {
         relay.stop().await;
     }
     drop(consumer);
+    if kind == Bouncer::KeepsPreparedStatements {
+        // The pool's connections have prepared their statements by now: more charges
+        // bind them without another parse (unnamed, every bind would follow a parse).
+        let (parses_before, binds_before) = bouncer.parses_and_binds(&db).await;
+        for n in 0..64 {
+            let created = api
+                .post_charge(
+                    Some(&new_key()),
+                    &format!(r#"{{"amountCents":{}}}"#, 100 + n),
+                )
+                .await;
+            assert_eq!(created.status(), StatusCode::CREATED);
+        }
+        let (parses_after, binds_after) = bouncer.parses_and_binds(&db).await;
+        let (parses, binds) = (parses_after - parses_before, binds_after - binds_before);
+        assert!(
+            binds >= 64 && parses * 4 < binds,
+            "64 charges through the pooler: {parses} parses, {binds} binds"
+        );
+    }
 }
 
 /// The reference consumer through the pooler. Its migrations need a session (they
 /// are refused through the pooler), so a first run on the direct URL applies them.
-async fn start_pooled_consumer(db: &TestDb, kafka: &TestKafka, pooled: &str) -> Process {
+async fn start_pooled_consumer(
+    db: &TestDb,
+    kafka: &TestKafka,
+    pooled: &str,
+    kind: Bouncer,
+) -> Process {
     let mut migrator = start_consumer(db, kafka, "pooled-ledger", &[]).await;
     migrator.stop().await;
     let args = [
         "--database-url",
         pooled,
-        "--db-pooler",
-        "transaction",
+        kind.pooler_args()[0],
+        kind.pooler_args()[1],
         "--kafka-brokers",
         kafka.bootstrap.as_str(),
         "--topic",

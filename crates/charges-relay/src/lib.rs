@@ -310,7 +310,10 @@ fn listen_url<'a>(
     match (&args.listen_database_url, database.db_pooler) {
         (Some(url), _) => Some(url.expose_secret()),
         (None, charges_runtime::DbPooler::None) => Some(database.database_url.expose_secret()),
-        (None, charges_runtime::DbPooler::Transaction) => None,
+        (
+            None,
+            charges_runtime::DbPooler::Transaction | charges_runtime::DbPooler::TransactionPrepared,
+        ) => None,
     }
 }
 

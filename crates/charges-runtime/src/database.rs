@@ -28,7 +28,9 @@ pub struct DatabaseArgs {
     /// the connection. `transaction`: a pooler in transaction mode (PgBouncer's
     /// pool_mode = transaction, …): statements go unnamed, the server's role must carry
     /// the statement and idle-in-transaction timeouts (checked at start), and migrations
-    /// and the relay's LISTEN need Postgres's own URL.
+    /// and the relay's LISTEN need Postgres's own URL. `transaction-prepared`: the same,
+    /// through a pooler that keeps protocol-level prepared statements (PgBouncer >= 1.21
+    /// with max_prepared_statements > 0): statements are prepared as with `none`.
     #[arg(
         long,
         env = "DB_POOLER",
@@ -46,6 +48,8 @@ pub enum DbPooler {
     None,
     /// A pooler in transaction mode.
     Transaction,
+    /// A pooler in transaction mode that keeps prepared statements.
+    TransactionPrepared,
 }
 
 impl From<DbPooler> for Pooler {
@@ -53,6 +57,7 @@ impl From<DbPooler> for Pooler {
         match pooler {
             DbPooler::None => Pooler::None,
             DbPooler::Transaction => Pooler::Transaction,
+            DbPooler::TransactionPrepared => Pooler::TransactionPrepared,
         }
     }
 }

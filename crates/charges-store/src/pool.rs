@@ -77,7 +77,7 @@ pub async fn connect(database_url: &str, settings: &PoolSettings) -> Result<Pool
     statements::choose(settings.pooler)?;
     let pool = build(database_url, settings)?;
     let client = pool.get().await.map_err(explain_refused_options)?;
-    if settings.pooler == Pooler::Transaction {
+    if settings.pooler.pools_transactions() {
         check_server_bounds(&client, settings).await?;
     }
     Ok(pool)

@@ -13,6 +13,11 @@
 //!   types (`Parse`/`Bind`/`Execute`/`Sync` in one message, tokio-postgres's
 //!   `query_typed`): one round trip still, a parse and a plan more on the server.
 //!
+//! - **Through a pooler that keeps prepared statements** ([`Pooler::TransactionPrepared`],
+//!   PgBouncer 1.21 and later with `max_prepared_statements`), the pooler prepares each
+//!   client's named statement on whichever server connection runs it, under a name of
+//!   its own: statements are prepared as directly.
+//!
 //! The parameter types are part of every statement ([`Sql`]), so both paths bind the
 //! same types and a statement behaves the same either way.
 //!
@@ -41,6 +46,11 @@ pub enum Pooler {
     /// A pooler in transaction mode: a server session per transaction. Statements go
     /// unnamed, and settings travel with the server's role, not the connection.
     Transaction,
+    /// A pooler in transaction mode that keeps protocol-level prepared statements
+    /// across its server connections (PgBouncer 1.21 and later with
+    /// `max_prepared_statements` above 0): statements are prepared once per client
+    /// connection, as directly; the rest is [`Pooler::Transaction`]'s.
+    TransactionPrepared,
 }
 
 impl Pooler {
@@ -48,7 +58,14 @@ impl Pooler {
         match self {
             Pooler::None => "none",
             Pooler::Transaction => "transaction",
+            Pooler::TransactionPrepared => "transaction-prepared",
         }
+    }
+
+    /// Whether a server session lasts only a transaction: no connection settings, no
+    /// session state (LISTEN, session locks, migrations).
+    pub fn pools_transactions(self) -> bool {
+        self != Pooler::None
     }
 }
 
@@ -93,6 +110,7 @@ impl<'a> Connection for deadpool_postgres::Transaction<'a> {
 const UNSET: u8 = 0;
 const PREPARED: u8 = 1;
 const UNNAMED: u8 = 2;
+const PREPARED_THROUGH_POOLER: u8 = 3;
 
 /// This process's choice; [`UNSET`] (prepared) until its pool is built.
 static MODE: AtomicU8 = AtomicU8::new(UNSET);
@@ -103,6 +121,7 @@ pub(crate) fn choose(pooler: Pooler) -> Result<(), StoreError> {
     let wanted = match pooler {
         Pooler::None => PREPARED,
         Pooler::Transaction => UNNAMED,
+        Pooler::TransactionPrepared => PREPARED_THROUGH_POOLER,
     };
     match MODE.compare_exchange(UNSET, wanted, Ordering::SeqCst, Ordering::SeqCst) {
         Ok(_) => Ok(()),
@@ -119,7 +138,10 @@ fn unnamed() -> bool {
 /// server session throughout (session advisory locks, LISTEN, migrations) must not use
 /// it.
 pub fn through_transaction_pooler() -> bool {
-    unnamed()
+    matches!(
+        MODE.load(Ordering::Relaxed),
+        UNNAMED | PREPARED_THROUGH_POOLER
+    )
 }
 
 fn typed<'p>(
