@@ -31,7 +31,7 @@ release: build-deps ## target/release/charges-api and target/release/charges-rel
 # The container engine (podman here, docker where one answers; docs/development.md).
 CONTAINERS := bash scripts/containers.sh
 # make test's second run, with Postgres and the broker in containers of each test's own.
-CONTAINER_MODE_TESTS := binary(api) | binary(consumer) | (binary(relay) & test(=a_created_charge_is_published_once_with_its_headers))
+CONTAINER_MODE_TESTS := test(/^api::/) | test(/^consumer::/) | test(=relay::a_created_charge_is_published_once_with_its_headers)
 
 image: deps release ## The application image (deploy/Dockerfile) as deploy/images.env names it.
 	$(CONTAINERS) deps
@@ -54,7 +54,7 @@ check: ## fmt, build, then the tests that need only the build and Postgres at DA
 	cargo nextest run --workspace -P check
 
 chaos: deps ha-deps build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs, patroni.rs; make test runs the fast ones).
-	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'binary(chaos) | binary(hostile_input) | binary(network_faults) | binary(patroni) | test(/^slow_/)'
+	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'test(/^chaos::/) | test(/^hostile_input::/) | test(/^network_faults::/) | test(/^patroni::/) | test(/::slow_/)'
 
 lint: ## rustfmt, clippy with warnings as errors, cargo-deny (licences, bans; deny.toml).
 	cargo fmt --all -- --check
