@@ -78,6 +78,37 @@ impl IdempotentOperation for PipelinedWrite {
     }
 }
 
+/// Two `COMPLETED` keys of `/charges` with the body "done" under `fingerprint`, one
+/// valid for an hour and one expired, and a session holding the lock RESERVE (and
+/// `charges_create_once`) takes for each, as another request would.
+async fn completed_keys_locked_by_another(
+    db: &TestDb,
+    fingerprint: &Fingerprint,
+) -> (IdempotencyKey, IdempotencyKey, tokio_postgres::Client) {
+    let valid = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    let expired = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
+    for (key, expires_in_secs) in [(&valid, 3600.0), (&expired, -1.0)] {
+        db.client()
+            .execute(
+                "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                               response_status, response_headers,
+                                               response_body, created_at, expires_at)
+                 VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'done',
+                         now() - interval '1 hour',
+                         now() + $3::float8 * interval '1 second')",
+                &[&key.to_string(), &fingerprint.as_str(), &expires_in_secs],
+            )
+            .await
+            .unwrap();
+    }
+    let holder = db.session().await;
+    let lock = "SELECT pg_advisory_lock(hashtextextended('/charges' || ' ' || $1, 0))";
+    for key in [&valid, &expired] {
+        holder.query_one(lock, &[&key.to_string()]).await.unwrap();
+    }
+    (valid, expired, holder)
+}
+
 /// Contract line 2: uniqueness is per (key, endpoint), not global.
 #[tokio::test]
 async fn one_key_on_two_endpoints_is_two_operations() {
@@ -137,32 +168,7 @@ async fn a_completed_key_is_replayed_while_another_request_holds_its_lock() {
         .unwrap();
     let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
     let done = Echo("done");
-    let valid = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
-    let expired = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
-    for (key, expires_in_secs) in [(&valid, 3600.0), (&expired, -1.0)] {
-        db.client()
-            .execute(
-                "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
-                                               response_status, response_headers,
-                                               response_body, created_at, expires_at)
-                 VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'done',
-                         now() - interval '1 hour',
-                         now() + $3::float8 * interval '1 second')",
-                &[
-                    &key.to_string(),
-                    &done.fingerprint().as_str(),
-                    &expires_in_secs,
-                ],
-            )
-            .await
-            .unwrap();
-    }
-    // The lock RESERVE takes for (key, endpoint), held here as another request would.
-    let holder = db.session().await;
-    let lock = "SELECT pg_advisory_lock(hashtextextended('/charges' || ' ' || $1, 0))";
-    for key in [&valid, &expired] {
-        holder.query_one(lock, &[&key.to_string()]).await.unwrap();
-    }
+    let (valid, expired, holder) = completed_keys_locked_by_another(&db, &done.fingerprint()).await;
 
     let replayed = store.run(&pool, &valid, "/charges", &done).await.unwrap();
     assert_eq!(
@@ -439,31 +445,7 @@ async fn one_statement_answers_like_the_transaction_while_another_request_holds_
         .unwrap();
     let store = IdempotencyStore::with_replay_cache(Duration::from_secs(60), 0);
     let done = ChargeOnce::new("done");
-    let valid = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
-    let expired = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
-    for (key, expires_in_secs) in [(&valid, 3600.0), (&expired, -1.0)] {
-        db.client()
-            .execute(
-                "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
-                                               response_status, response_headers,
-                                               response_body, created_at, expires_at)
-                 VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'done',
-                         now() - interval '1 hour',
-                         now() + $3::float8 * interval '1 second')",
-                &[
-                    &key.to_string(),
-                    &done.fingerprint().as_str(),
-                    &expires_in_secs,
-                ],
-            )
-            .await
-            .unwrap();
-    }
-    let holder = db.session().await;
-    let lock = "SELECT pg_advisory_lock(hashtextextended('/charges' || ' ' || $1, 0))";
-    for key in [&valid, &expired] {
-        holder.query_one(lock, &[&key.to_string()]).await.unwrap();
-    }
+    let (valid, expired, holder) = completed_keys_locked_by_another(&db, &done.fingerprint()).await;
 
     let replayed = store
         .run_one_statement(&pool, &valid, "/charges", &done)

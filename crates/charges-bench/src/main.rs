@@ -1,10 +1,11 @@
 //! `charges-bench`: the pieces of `make bench` (scripts/bench.sh) that need the
 //! project's own code.
 //!
-//! - `pgbench-script` prints a pgbench transaction made of the very statements the API
-//!   runs for a new charge, taken from the store crate (not retyped), with pgbench
-//!   variables in place of the bind parameters. pgbench running it is the floor the
-//!   API's `POST /charges` is compared against.
+//! - `pgbench-script` prints what the API runs for a new charge, taken from the store
+//!   crate (not retyped): the one call of `charges_create_once`, or (`--variant
+//!   statements` and the variants after it) the same work as five statements in a
+//!   transaction, with pgbench variables in place of the bind parameters. pgbench
+//!   running it is the floor the API's `POST /charges` is compared against.
 //! - `produce` sends the outbox's payloads straight to Kafka with the relay's own
 //!   producer settings: the broker floor for the relay's throughput.
 
@@ -29,7 +30,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the pgbench script of one `POST /charges` transaction.
+    /// Print the pgbench script of one `POST /charges`.
     PgbenchScript {
         /// The transaction as shipped, or with one thing done differently (the cost
         /// table of make bench).
