@@ -13,6 +13,9 @@
 #   prepared   --db-pooler transaction-prepared through the PgBouncer 1.24 `make deps`
 #              builds (the same settings and max_prepared_statements = 200):
 #              statements prepared through the pooler; target ≥ 0.85 of direct;
+#   prepared-local  the same PgBouncer reaching Postgres through the server's Unix
+#              socket, as a pooler on the database host does (the others, like a
+#              pooler of its own, over TCP); only when the server is on this machine;
 #   previous   only with BENCH_PREVIOUS_API=<charges-api binary of an earlier build>:
 #              that API, direct, with the same pool and workers; direct / previous says
 #              whether the direct path changed (target ≥ 0.95).
@@ -32,21 +35,29 @@ stage_pooler() {
     -c "ALTER DATABASE $pooler_db SET statement_timeout = '5s'" \
     -c "ALTER DATABASE $pooler_db SET idle_in_transaction_session_timeout = '10s'"
   pooler_variants=(direct)
-  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer prepared previous}; do
+  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer prepared prepared-local previous}; do
     case "$variant" in
       direct) ;;
-      unnamed | pgbouncer | prepared) pooler_variants+=("$variant") ;;
+      unnamed | pgbouncer | prepared | prepared-local) pooler_variants+=("${variant/-/_}") ;;
       previous) [ -z "${BENCH_PREVIOUS_API:-}" ] || pooler_variants+=(previous) ;;
-      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer prepared previous)" >&2; exit 2 ;;
+      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer prepared prepared-local previous)" >&2; exit 2 ;;
     esac
   done
-  start_pgbouncer pgbouncer ""
+  start_pgbouncer pgbouncer "" ""
   pooler_pooled_url=$pgbouncer_url
-  if [[ " ${pooler_variants[*]} " == *" prepared "* ]]; then
+  if [[ " ${pooler_variants[*]} " == *" prepared"* ]]; then
     [ -x "$pgbouncer_prepared" ] ||
-      { echo "bench: the prepared variant needs $pgbouncer_prepared (make deps builds it)" >&2; exit 2; }
-    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200"
+      { echo "bench: the prepared variants need $pgbouncer_prepared (make deps builds it)" >&2; exit 2; }
+    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200" ""
     pooler_prepared_url=$pgbouncer_url
+  fi
+  if [[ " ${pooler_variants[*]} " == *" prepared_local "* ]]; then
+    local socket_dir
+    socket_dir=$(psql_on "$server_url" -tAc "SHOW unix_socket_directories" | cut -d, -f1)
+    [ -S "$socket_dir/.s.PGSQL.$(psql_on "$server_url" -tAc "SHOW port")" ] ||
+      { echo "bench: prepared-local needs the server's Unix socket on this machine ($socket_dir)" >&2; exit 2; }
+    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200" "$socket_dir"
+    pooler_prepared_local_url=$pgbouncer_url
   fi
   section "new charges through PgBouncer vs direct (target ≥ 0.85)"
   for clients in 8 32; do
@@ -61,13 +72,15 @@ pgbouncer_prepared="${PGBOUNCER_PREPARED:-${XDG_CACHE_HOME:-$HOME/.cache}/charge
 pgbouncer_pids=()
 pgbouncer_dirs=()
 
-# start_pgbouncer BINARY EXTRA_SETTING: PgBouncer on a free port in front of the
-# server, every setting at its default but the pool mode and size and EXTRA_SETTING (so
-# it refuses the `options` startup parameter, as a deployment's would); sets
-# pgbouncer_url, adds to pgbouncer_pids and pgbouncer_dirs.
+# start_pgbouncer BINARY EXTRA_SETTING SOCKET_DIR: PgBouncer on a free port in front of
+# the server (through its Unix socket in SOCKET_DIR, else over TCP), every setting at its
+# default but the pool mode and size and EXTRA_SETTING (so it refuses the `options`
+# startup parameter, as a deployment's would); sets pgbouncer_url, adds to
+# pgbouncer_pids and pgbouncer_dirs.
 start_pgbouncer() {
-  local binary=$1 extra=$2 host server_port user listen as_user=() pgbouncer_dir
+  local binary=$1 extra=$2 socket_dir=$3 host server_port user listen as_user=() pgbouncer_dir
   read -r host server_port user < <(psql_on "$server_url" -c '\echo :HOST :PORT :USER')
+  [ -z "$socket_dir" ] || host=$socket_dir
   listen=$(free_port $(( port + 1 + ${#pgbouncer_pids[@]} * 7 )))
   pgbouncer_dir=$(mktemp -d)
   pgbouncer_dirs+=("$pgbouncer_dir")
@@ -104,7 +117,8 @@ INI
 # table rows and one record.
 pooler_clients() {
   local clients=$1 round offset i n=${#pooler_variants[@]} variant errors=0
-  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_prepared=() runs_previous=()
+  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_prepared=() runs_prepared_local=()
+  local runs_previous=()
   for round in $(seq 1 "$rounds"); do
     offset=$(( (round - 1) % n ))
     for i in $(seq 0 $(( n - 1 ))); do
@@ -113,9 +127,9 @@ pooler_clients() {
       pooler_run "$variant" "$clients"
     done
   done
-  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_prepared rps_previous
-  local p50_direct p50_unnamed p50_pgbouncer p50_prepared p50_previous
-  local p99_direct p99_unnamed p99_pgbouncer p99_prepared p99_previous
+  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_prepared rps_prepared_local rps_previous
+  local p50_direct p50_unnamed p50_pgbouncer p50_prepared p50_prepared_local p50_previous
+  local p99_direct p99_unnamed p99_pgbouncer p99_prepared p99_prepared_local p99_previous
   for variant in "${pooler_variants[@]}"; do
     pooler_median "$variant"
   done
@@ -128,6 +142,11 @@ pooler_clients() {
     r=$(ratio "$rps_prepared" "$rps_direct")
     row "PgBouncer 1.24, prepared c=$clients|$rps_prepared req/s p50 ${p50_prepared}ms p99 ${p99_prepared}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
     fields+=(prepared_ratio_to_direct="$r")
+  fi
+  if [ ${#runs_prepared_local[@]} -gt 0 ]; then
+    r=$(ratio "$rps_prepared_local" "$rps_direct")
+    row "PgBouncer 1.24, prepared, Unix socket to Postgres c=$clients|$rps_prepared_local req/s p50 ${p50_prepared_local}ms p99 ${p99_prepared_local}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
+    fields+=(prepared_local_ratio_to_direct="$r")
   fi
   if [ ${#runs_unnamed[@]} -gt 0 ]; then
     r=$(ratio "$rps_unnamed" "$rps_direct")
@@ -172,6 +191,7 @@ pooler_run() {
     unnamed) start_api "$pooler_direct_url" --db-pooler transaction ;;
     pgbouncer) start_api "$pooler_pooled_url" --db-pooler transaction ;;
     prepared) start_api "$pooler_prepared_url" --db-pooler transaction-prepared ;;
+    prepared_local) start_api "$pooler_prepared_local_url" --db-pooler transaction-prepared ;;
     previous) start_api_binary "$BENCH_PREVIOUS_API" "$pooler_direct_url" ;;
   esac
   into+=("$(run_wrk "$clients" scripts/bench/new_charges.lua)")
