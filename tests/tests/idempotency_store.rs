@@ -109,6 +109,30 @@ async fn completed_keys_locked_by_another(
     (valid, expired, holder)
 }
 
+/// A session inside a transaction that has written `key`'s `COMPLETED` row with the
+/// body "won" under `fingerprint`, not yet committed, without the key's lock: the
+/// winner of a race the test then lets commit.
+async fn uncommitted_winner(
+    db: &TestDb,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> tokio_postgres::Client {
+    let winner = db.session().await;
+    winner.batch_execute("BEGIN").await.unwrap();
+    winner
+        .execute(
+            "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
+                                           response_status, response_headers, response_body,
+                                           expires_at)
+             VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'won',
+                     now() + interval '1 hour')",
+            &[&key.to_string(), &fingerprint.as_str()],
+        )
+        .await
+        .unwrap();
+    winner
+}
+
 /// Contract line 2: uniqueness is per (key, endpoint), not global.
 #[tokio::test]
 async fn one_key_on_two_endpoints_is_two_operations() {
@@ -241,19 +265,7 @@ async fn a_winner_committing_between_snapshot_and_lock_is_replayed() {
         .query_one("SELECT pg_advisory_lock($1)", &[&barrier])
         .await
         .unwrap();
-    let winner = db.session().await;
-    winner.batch_execute("BEGIN").await.unwrap();
-    winner
-        .execute(
-            "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
-                                           response_status, response_headers, response_body,
-                                           expires_at)
-             VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'won',
-                     now() + interval '1 hour')",
-            &[&key.to_string(), &operation.fingerprint().as_str()],
-        )
-        .await
-        .unwrap();
+    let winner = uncommitted_winner(&db, &key, &operation.fingerprint()).await;
 
     let request = tokio::spawn(async move { store.run(&pool, &key, "/charges", &operation).await });
     // Parked on the barrier: its snapshot is taken and does not hold the winner's row.
@@ -496,19 +508,7 @@ async fn one_statement_whose_key_is_taken_under_its_insert_writes_nothing_and_re
     let key = IdempotencyKey::parse(new_key().as_bytes()).unwrap();
     let operation = ChargeOnce::new("mine");
 
-    let winner = db.session().await;
-    winner.batch_execute("BEGIN").await.unwrap();
-    winner
-        .execute(
-            "INSERT INTO idempotency_keys (key, endpoint, request_hash, status,
-                                           response_status, response_headers, response_body,
-                                           expires_at)
-             VALUES ($1, '/charges', $2, 'COMPLETED', 201, '[]', 'won',
-                     now() + interval '1 hour')",
-            &[&key.to_string(), &operation.fingerprint().as_str()],
-        )
-        .await
-        .unwrap();
+    let winner = uncommitted_winner(&db, &key, &operation.fingerprint()).await;
     let request = tokio::spawn(async move {
         store
             .run_one_statement(&pool, &key, "/charges", &operation)
