@@ -79,7 +79,7 @@ pub trait OneStatementOperation {
     ) -> Result<Row, StoreError>;
 }
 
-/// The key a [`OneStatementOperation`] reserves and completes, and for how long.
+/// The key a request reserves and completes, and for how long.
 pub struct KeyToComplete<'a> {
     pub key: &'a str,
     pub endpoint: &'a str,
@@ -92,10 +92,7 @@ pub struct KeyToComplete<'a> {
 /// exactly once.
 pub struct KeyCompletion<'a> {
     tx: &'a Transaction<'a>,
-    key: &'a str,
-    endpoint: &'a str,
-    fingerprint: &'a Fingerprint,
-    ttl_ms: i64,
+    key: &'a KeyToComplete<'a>,
 }
 
 /// Proof that the key's row was written in the request's transaction; the store commits
@@ -138,13 +135,13 @@ impl KeyCompletion<'_> {
             self.tx,
             &COMPLETE,
             &[
-                &self.key,
-                &self.endpoint,
-                &self.fingerprint.as_str(),
+                &self.key.key,
+                &self.key.endpoint,
+                &self.key.fingerprint.as_str(),
                 &i32::from(response.status),
                 &headers,
                 &response.body,
-                &self.ttl_ms,
+                &self.key.ttl_ms,
             ],
         )
         .await?;
@@ -197,13 +194,6 @@ pub struct IdempotencyStore {
 
 /// Transactions one request may take: a second one follows only a lost race.
 const ATTEMPTS: usize = 2;
-
-/// Who is asking, for one attempt.
-struct Attempt<'a> {
-    key: &'a str,
-    endpoint: &'a str,
-    fingerprint: &'a Fingerprint,
-}
 
 /// Completed keys remembered in process by default.
 pub const DEFAULT_REPLAY_CACHE_ENTRIES: usize = 10_000;
@@ -348,15 +338,11 @@ impl IdempotencyStore {
             return Ok(outcome);
         }
         let mut client = pool.get().await.map_err(StoreError::from)?;
+        let request = self.key_to_complete(&key, endpoint, &fingerprint);
         // A lost race ends in a rolled-back attempt; the next one's snapshot sees the
         // row that won, so a second attempt is the last unless the row went again.
         for _ in 0..ATTEMPTS {
-            let attempt = Attempt {
-                key: &key,
-                endpoint,
-                fingerprint: &fingerprint,
-            };
-            if let Some(outcome) = self.attempt(&mut client, attempt, operation).await? {
+            if let Some(outcome) = self.attempt(&mut client, &request, operation).await? {
                 return Ok(outcome);
             }
         }
@@ -378,12 +364,7 @@ impl IdempotencyStore {
             return Ok(outcome);
         }
         let client = pool.get().await?;
-        let request = KeyToComplete {
-            key: &key,
-            endpoint,
-            fingerprint: &fingerprint,
-            ttl_ms: self.ttl_ms(),
-        };
+        let request = self.key_to_complete(&key, endpoint, &fingerprint);
         for _ in 0..ATTEMPTS {
             // Before the statement, whose time `expires_at` is computed from (see
             // `attempt`).
@@ -457,25 +438,18 @@ impl IdempotencyStore {
     async fn attempt<Op: IdempotentOperation>(
         &self,
         client: &mut deadpool_postgres::Client,
-        Attempt {
-            key,
-            endpoint,
-            fingerprint,
-        }: Attempt<'_>,
+        request: &KeyToComplete<'_>,
         operation: &Op,
     ) -> Result<Option<IdempotentOutcome>, Op::Error> {
         // Taken before BEGIN, whose time is the `now()` that `expires_at` is computed
         // from: the cache's deadline can only fall before the row's expiry, never after.
         let observed_at = Instant::now();
         let tx = client.transaction().await.map_err(StoreError::from)?;
-        let (response, remaining) = match self.reserve(&tx, key, endpoint, fingerprint).await? {
+        let (response, remaining) = match self.reserve(&tx, request).await? {
             Reservation::Reserved { now } => {
                 let completion = KeyCompletion {
                     tx: &tx,
-                    key,
-                    endpoint,
-                    fingerprint,
-                    ttl_ms: self.ttl_ms(),
+                    key: request,
                 };
                 let CompletedKey(completion) = operation.execute(&tx, now, completion).await?;
                 // Taken: dropping `tx` rolls the operation's writes back.
@@ -491,18 +465,22 @@ impl IdempotencyStore {
                 (IdempotentOutcome::Replayed(response), remaining)
             }
         };
-        let request = KeyToComplete {
-            key,
-            endpoint,
-            fingerprint,
-            ttl_ms: self.ttl_ms(),
-        };
-        self.remember(&request, &response, observed_at, remaining);
+        self.remember(request, &response, observed_at, remaining);
         Ok(Some(response))
     }
 
-    fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    fn key_to_complete<'a>(
+        &self,
+        key: &'a str,
+        endpoint: &'a str,
+        fingerprint: &'a Fingerprint,
+    ) -> KeyToComplete<'a> {
+        KeyToComplete {
+            key,
+            endpoint,
+            fingerprint,
+            ttl_ms: i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX),
+        }
     }
 
     /// Committed `STARTED` keys older than `age` (reconciliation).
@@ -526,12 +504,10 @@ impl IdempotencyStore {
     async fn reserve(
         &self,
         tx: &Transaction<'_>,
-        key: &str,
-        endpoint: &str,
-        fingerprint: &Fingerprint,
+        request: &KeyToComplete<'_>,
     ) -> Result<Reservation, StoreError> {
-        let row = statements::query_one(tx, &RESERVE, &[&key, &endpoint]).await?;
-        decide(&row, fingerprint)
+        let row = statements::query_one(tx, &RESERVE, &[&request.key, &request.endpoint]).await?;
+        decide(&row, request.fingerprint)
     }
 }
 
