@@ -122,7 +122,7 @@ fi
 pgbouncer_prepared_version=1.24.1
 pgbouncer_prepared_sha256=da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0
 pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$pgbouncer_prepared_version"
-if [ "$level" = full ] && [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
+if [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
   echo "deps: building PgBouncer $pgbouncer_prepared_version (Debian trixie's source) into $pgbouncer_prepared_dir"
   [ -f /usr/include/event2/event.h ] || apt_install libevent-dev
   command -v make >/dev/null 2>&1 || apt_install make

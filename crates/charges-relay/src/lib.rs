@@ -307,13 +307,10 @@ fn listen_url<'a>(
     database: &'a charges_runtime::DatabaseArgs,
     args: &'a RunArgs,
 ) -> Option<&'a str> {
-    match (&args.listen_database_url, database.db_pooler) {
-        (Some(url), _) => Some(url.expose_secret()),
-        (None, charges_runtime::DbPooler::None) => Some(database.database_url.expose_secret()),
-        (
-            None,
-            charges_runtime::DbPooler::Transaction | charges_runtime::DbPooler::TransactionPrepared,
-        ) => None,
+    match &args.listen_database_url {
+        Some(url) => Some(url.expose_secret()),
+        None if charges_store::Pooler::from(database.db_pooler).pools_transactions() => None,
+        None => Some(database.database_url.expose_secret()),
     }
 }
 
