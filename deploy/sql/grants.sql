@@ -46,6 +46,13 @@ GRANT EXECUTE ON FUNCTION charges_create_once(text, text, text, bigint, integer,
     uuid, integer, bpchar, timestamptz, text, uuid, text, text, bigint, text, text, text,
     text) TO charges_api;
 
+-- IdempotencyKeyAwaitStandbys and charges_create_once: a replay waits until the
+-- synchronous standbys have the key's row (V14). idempotency_standbys_have runs with
+-- its owner's rights (a member of pg_read_all_stats, roles.sql) and answers only yes or
+-- no. EXECUTE is PUBLIC's by default; granted here so that it survives a REVOKE.
+GRANT EXECUTE ON FUNCTION idempotency_await_standbys() TO charges_api;
+GRANT EXECUTE ON FUNCTION idempotency_standbys_have(pg_lsn) TO charges_api;
+
 -- /readyz compares the applied schema version with the binary's.
 GRANT SELECT ON refinery_schema_history TO charges_api;
 

@@ -42,8 +42,9 @@ ALTER SCHEMA public OWNER TO charges_migrator;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO charges_api, charges_relay;
 
--- The relay's replication gate reads the standbys' flush positions through a function
--- the migrator owns (migration V12): the migrator must see them itself.
+-- The relay's replication gate and the API's replays read the standbys' positions
+-- through functions the migrator owns (migrations V12 and V14): the migrator must see
+-- them itself.
 GRANT pg_read_all_stats TO charges_migrator;
 
 -- Optional hardening, per database (the name is yours):

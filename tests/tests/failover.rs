@@ -99,10 +99,21 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     let ghost = event_of_key(&primary.url_of(&db), &key)
         .await
         .expect("the commit stayed on the primary: the hole this guards against");
+    // The client retries while the old primary still runs: the key's row is there, but
+    // the standby lacks it, so the replay waits as a commit would and is cancelled too.
+    let (retry, ()) = tokio::join!(
+        api.post_charge(Some(&key), r#"{"amountCents":4900}"#),
+        cancel_the_synchronous_wait(&db)
+    );
+    assert!(
+        !retry.headers().contains_key("idempotent-replayed"),
+        "a commit the standby lacks was replayed"
+    );
+    expect_problem(retry, StatusCode::SERVICE_UNAVAILABLE).await;
     let api_metrics = scrape(&api.http, &api.url("/metrics")).await;
     assert_eq!(
         sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]),
-        1.0
+        2.0
     );
     // The gate holds the row back while the standby is gone: a batch waits, rolls back,
     // and the row stays pending with no attempt used, as during a broker outage.
@@ -154,6 +165,137 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
         "an event was published for a commit the new primary does not have"
     );
     drop(primary);
+}
+
+/// `POST` with `body`, answered while the synchronous wait it makes is cancelled: a 503
+/// with `Retry-After`, never the stored answer (a replay the standby cannot confirm).
+async fn post_cancelled(api: &TestApi, db: &TestDb, path: &str, key: &str, body: &str) {
+    let request = api
+        .http
+        .post(api.url(path))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(body.to_owned())
+        .send();
+    tokio::pin!(request);
+    let answer = tokio::select! {
+        answer = &mut request => {
+            let answer = answer.expect("POST");
+            panic!(
+                "{path}: answered {} (replayed: {:?}) without waiting for the standby",
+                answer.status(),
+                answer.headers().get("idempotent-replayed")
+            );
+        }
+        () = cancel_the_synchronous_wait(db) => request.await.expect("POST"),
+    };
+    assert!(answer.headers().contains_key("retry-after"));
+    expect_problem(answer, StatusCode::SERVICE_UNAVAILABLE).await;
+}
+
+/// The response the key's row stores on the test's server.
+async fn stored_body(db: &TestDb, key: &str) -> String {
+    db.client()
+        .query_one(
+            "SELECT response_body FROM idempotency_keys WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .expect("the row the first request committed on the primary")
+        .get(0)
+}
+
+/// A replay is an acknowledgment. A charge and a refund whose synchronous waits were
+/// cancelled stay on the primary; every retry of their keys reads the stored answer but
+/// waits for the standby to have it, and is answered 503 while it does not, however
+/// often it comes. Once the standby is back and caught up, the retries replay them.
+#[tokio::test]
+async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
+    let (primary, standby, db, url) = synchronous_pair().await;
+    let api = TestApi::start_at(&url, &[]).await;
+    let created = api
+        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let charge: serde_json::Value = created.json().await.expect("the charge");
+    let refunds = format!(
+        "/charges/{}/refunds",
+        charge["id"].as_str().expect("its id")
+    );
+
+    standby.stop();
+    assert!(
+        !standbys_have_everything(&db).await,
+        "no standby streams, yet a replay would skip its wait"
+    );
+    let charge_key = new_key();
+    let refund_key = new_key();
+    let charge_body = r#"{"amountCents":4900}"#;
+    let refund_body = r#"{"amountCents":100}"#;
+    for _ in 0..3 {
+        post_cancelled(&api, &db, "/charges", &charge_key, charge_body).await;
+        post_cancelled(&api, &db, &refunds, &refund_key, refund_body).await;
+    }
+    let charge_stored = stored_body(&db, &charge_key).await;
+    let refund_stored = stored_body(&db, &refund_key).await;
+    let api_metrics = scrape(&api.http, &api.url("/metrics")).await;
+    assert_eq!(
+        sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]),
+        6.0,
+        "each first request and each retry waited and was cancelled"
+    );
+
+    standby.start_server().await;
+    primary.wait_for_standby("s1", "sync").await;
+    poll_until("the standby caught up: replays need not wait", async || {
+        standbys_have_everything(&db).await.then_some(())
+    })
+    .await;
+    for (path, key, body, stored) in [
+        ("/charges", &charge_key, charge_body, &charge_stored),
+        (refunds.as_str(), &refund_key, refund_body, &refund_stored),
+    ] {
+        let replay = api
+            .http
+            .post(api.url(path))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(replay.status(), StatusCode::CREATED, "{path}");
+        assert_eq!(replay.headers()["idempotent-replayed"], "true", "{path}");
+        assert_eq!(&replay.text().await.expect("body"), stored, "{path}");
+    }
+    assert_eq!(db.count("charges").await, 2);
+    assert_eq!(db.count("refunds").await, 1);
+
+    // Counted as the server counts: with two synchronous standbys required and one
+    // streaming, nothing is confirmed, however far that one is.
+    primary.synchronous_standbys("FIRST 2 (s1, s2)").await;
+    poll_until("FIRST 2 applies", async || {
+        (!standbys_have_everything(&db).await).then_some(())
+    })
+    .await;
+    primary.synchronous_standbys("ANY 1 (s1, s2)").await;
+    poll_until("ANY 1 applies", async || {
+        standbys_have_everything(&db).await.then_some(())
+    })
+    .await;
+}
+
+/// Whether a replay would find its key's commit confirmed without waiting
+/// (`idempotency_standbys_have`, V14, at the current end of the WAL).
+async fn standbys_have_everything(db: &TestDb) -> bool {
+    db.client()
+        .query_one(
+            "SELECT idempotency_standbys_have(pg_current_wal_insert_lsn())",
+            &[],
+        )
+        .await
+        .expect("ask the function")
+        .get(0)
 }
 
 /// An asynchronous standby acknowledges nothing, so a failover can lose charges the API

@@ -71,7 +71,9 @@ pub trait OneStatementOperation {
     /// Runs the statement for `key`; its one row has [`RESERVE`]'s columns and
     /// `outcome`: `executed` (everything written, the key completed with
     /// [`Self::response`]), `taken` (the key's row was taken after it was read; nothing
-    /// written) or `found` (nothing written; the row as read decides).
+    /// written) or `found` (nothing written; the row as read decides). A `found` row must
+    /// be on the synchronous standbys before the statement returns, as
+    /// [`AWAIT_STANDBYS`] makes it in the transaction path.
     async fn call(
         &self,
         client: &deadpool_postgres::Client,
@@ -262,6 +264,16 @@ ON CONFLICT (key, endpoint) DO UPDATE
         Type::INT8,
     ],
 );
+
+/// `IdempotencyKeyAwaitStandbys`: run before answering from a key's row in the
+/// transaction path (a replay, a payload conflict), so that its commit, which follows
+/// the row's in the WAL, returns only once the synchronous standbys have the row
+/// (`idempotency_await_standbys`, migration V14; nothing is written without a
+/// synchronous standby). PostgreSQL shows a commit to other sessions before its own
+/// wait for the standbys ends, and keeps it when that wait is cancelled: answering from
+/// it unconfirmed would acknowledge a charge a failover loses. The one-statement path
+/// does the same inside its function.
+pub const AWAIT_STANDBYS: Sql = Sql::new("SELECT idempotency_await_standbys()", &[]);
 
 // Reconciliation and retention: never on the request path.
 
@@ -459,9 +471,15 @@ impl IdempotencyStore {
                 tx.commit().await.map_err(StoreError::from)?;
                 (IdempotentOutcome::Executed(response), self.ttl)
             }
-            // Nothing was written; dropping `tx` rolls back and releases the lock.
+            Reservation::Decided(IdempotentOutcome::PayloadConflict) => {
+                await_standbys(tx).await?;
+                return Ok(Some(IdempotentOutcome::PayloadConflict));
+            }
+            // Nothing was read that needs confirming; dropping `tx` rolls back and
+            // releases the lock.
             Reservation::Decided(outcome) => return Ok(Some(outcome)),
             Reservation::Completed(response, remaining) => {
+                await_standbys(tx).await?;
                 (IdempotentOutcome::Replayed(response), remaining)
             }
         };
@@ -509,6 +527,15 @@ impl IdempotencyStore {
         let row = statements::query_one(tx, &RESERVE, &[&request.key, &request.endpoint]).await?;
         decide(&row, request.fingerprint)
     }
+}
+
+/// Ends a transaction that answers from a key's row: committed once the synchronous
+/// standbys have that row ([`AWAIT_STANDBYS`]). A cancelled wait fails the commit
+/// (`unreplicated_commit`), so the answer becomes a retryable 503 instead.
+async fn await_standbys(tx: Transaction<'_>) -> Result<(), StoreError> {
+    statements::execute(&tx, &AWAIT_STANDBYS, &[]).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// What a request may do, from the lock's answer and the key's row as [`RESERVE`] (or a
