@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make ha-demo: the binaries under a real failover manager. etcd and two Patroni nodes
 # (synchronous_mode: true) on local ports, the API and two relays (--wait-for-standbys
-# any) given one multi-host URL, kafka-mock, and clients charging with retries on 503.
+# sync) given one multi-host URL, kafka-mock, and clients charging with retries on 503.
 # The leader crashes (its Patroni, postmaster and backends killed at once); Patroni
 # promotes the synchronous standby; the crashed node's Patroni, started again, rewinds
 # it and rejoins as the new standby. Then the checks of tests/tests/patroni.rs: every
@@ -124,11 +124,11 @@ brokers="$(sed -n 's/^bootstrap=//p' "$logs/kafka-mock.log" | head -n 1)"
 start api $bin/charges-api serve --database-url "$url" --listen "127.0.0.1:$base"
 for n in 1 2; do
   start "relay-$n" $bin/charges-relay --database-url "$url" --kafka-brokers "$brokers" --topic charges.events \
-    --poll-interval 200ms --publish-timeout 2s --wait-for-standbys any --metrics-listen "127.0.0.1:$((base + n))"
+    --poll-interval 200ms --publish-timeout 2s --wait-for-standbys sync --metrics-listen "127.0.0.1:$((base + n))"
 done
 wait_for "charges-api" 15 curl -s -o /dev/null "$api/charges"
 for n in 1 2; do wait_for "relay-$n" 15 grep -q "relay started" "$logs/relay-$n.log"; done
-note "charges-api on $api, two relays with --wait-for-standbys any, kafka-mock at $brokers"
+note "charges-api on $api, two relays with --wait-for-standbys sync, kafka-mock at $brokers"
 
 # client N: charges_per_client charges, each retried with its key while the answer is 503;
 # the keys answered 201 go to $logs/acknowledged-N, every status to $logs/statuses-N.

@@ -95,6 +95,8 @@ GRANT SELECT, INSERT, UPDATE ON outbox_wakeup TO charges_relay;
 -- /readyz on --metrics-listen.
 GRANT SELECT ON refinery_schema_history TO charges_relay;
 
--- ReplicationStandbysConfirmed: the replication gate reads the standbys' flush
--- positions through this function (migration V12), not pg_stat_replication itself.
+-- ReplicationStandbysFlushed: the replication gate reads how far its standbys flushed
+-- through this function (migration V15), not pg_stat_replication itself. V12's, for
+-- relays of the previous version during a rolling update.
+GRANT EXECUTE ON FUNCTION outbox_standbys_flushed(text[], boolean) TO charges_relay;
 GRANT EXECUTE ON FUNCTION charges_standby_flush_positions() TO charges_relay;

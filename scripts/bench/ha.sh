@@ -6,15 +6,19 @@
 #     rounds, next to the same API on the main server (no standby): what synchronous
 #     replication costs here;
 #   - 2 relays draining BENCH_RELAY_ROWS pending rows with the replication gate
-#     (--wait-for-standbys s1) against without it;
+#     (--wait-for-standbys sync, BENCH_HA_GATE) against without it;
 #   - commit → broker ack, idle and under load (latency.sh's method), with the gate
-#     and without.
+#     and without;
+#   - replays of completed keys on that primary against the same on the main server
+#     (no standby): every replay confirms that the standbys have its key's row first,
+#     with the replay cache off (each replay reads its row) and on (the default).
 # Each round runs both sides of a comparison, the one that went first last round
 # second. PG_BINDIR chooses the server binaries (default: the newest installed).
 
 source scripts/bench/relay.sh
 source scripts/bench/latency.sh
 
+ha_gate="${BENCH_HA_GATE:-sync}"
 ha_bindir="${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
 
 # ha_as_server COMMAND...: as the postgres user when run as root (Postgres refuses root).
@@ -107,7 +111,7 @@ ha_relay() {
       pending_only "$target"
       log "ha: relay, round $round/$rounds: 2 relays, $relay_rows rows, $side"
       if [ "$side" = gated ]; then
-        read -r secs _ < <(drain "$target" 2 --wait-for-standbys s1)
+        read -r secs _ < <(drain "$target" 2 --wait-for-standbys "$ha_gate")
         gated+=("$(awk -v n="$relay_rows" -v s="$secs" 'BEGIN { printf "%.1f", n / s }')")
       else
         read -r secs _ < <(drain "$target" 2)
@@ -117,7 +121,7 @@ ha_relay() {
   done
   gated_eps=$(printf '%s\n' "${gated[@]}" | median)
   open_eps=$(printf '%s\n' "${open[@]}" | median)
-  row "relay, 2 workers, --wait-for-standbys s1|$gated_eps events/s|no gate $open_eps events/s|$(ratio "$gated_eps" "$open_eps")"
+  row "relay, 2 workers, --wait-for-standbys $ha_gate|$gated_eps events/s|no gate $open_eps events/s|$(ratio "$gated_eps" "$open_eps")"
   record ha_relay_throughput workers=2 rows="$relay_rows" batch_size="$batch" concurrency="$concurrency" \
     rounds="$rounds" gated_events_per_s="$gated_eps" gated_events_per_s_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${gated[@]}")")]" \
     ungated_events_per_s="$open_eps" ungated_events_per_s_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${open[@]}")")]" \
@@ -133,7 +137,7 @@ ha_latency() {
     for side in $(ha_alternate "$round" gated open); do
       log "ha: commit-to-ack, relay $mode, round $round/$rounds: $side"
       if [ "$side" = gated ]; then
-        read -r p50 p99 < <(latency_run "ha-gated-$mode" "$mode" --wait-for-standbys s1)
+        read -r p50 p99 < <(latency_run "ha-gated-$mode" "$mode" --wait-for-standbys "$ha_gate")
         gated+=("$p99 $p50")
       else
         read -r p50 p99 < <(latency_run "ha-open-$mode" "$mode")
@@ -143,11 +147,39 @@ ha_latency() {
   done
   read -r g99 g50 < <(pick "${gated[@]}")
   read -r o99 o50 < <(pick "${open[@]}")
-  row "commit→ack, relay $mode, --wait-for-standbys s1|p50 ${g50}ms p99 ${g99}ms|no gate p50 ${o50}ms p99 ${o99}ms|"
+  row "commit→ack, relay $mode, --wait-for-standbys $ha_gate|p50 ${g50}ms p99 ${g99}ms|no gate p50 ${o50}ms p99 ${o99}ms|"
   record ha_commit_to_ack relay="$mode" rounds="$rounds" gated_p50_ms="$g50" gated_p99_ms="$g99" \
     gated_p99_ms_rounds="[$(printf '%s\n' "${gated[@]}" | awk '{print $1}' | paste -sd,)]" \
     ungated_p50_ms="$o50" ungated_p99_ms="$o99" \
     ungated_p99_ms_rounds="[$(printf '%s\n' "${open[@]}" | awk '{print $1}' | paste -sd,)]"
+}
+
+# ha_replays HA_URL LOCAL_URL CLIENTS CACHE_ENTRIES: replays of BENCH_REPLAY_KEYS
+# completed keys of the fill, with a synchronous standby and without, alternating.
+ha_replays() {
+  local ha_url=$1 local_url=$2 clients=$3 cache=$4 round side keys ha_runs=() local_runs=()
+  local ha ha_p99 loc loc_p99 r run
+  keys="$out_dir/keys-ha.txt"
+  psql_on "$ha_url" -c "SELECT md5('k' || (1 + (i - 1) * ($backlog / ${BENCH_REPLAY_KEYS:-10000})))::uuid
+                          FROM generate_series(1, ${BENCH_REPLAY_KEYS:-10000}) i" >"$keys"
+  for round in $(seq 1 "$rounds"); do
+    for side in $(ha_alternate "$round" standby local); do
+      log "ha: replays, $clients clients, cache $cache, round $round/$rounds: $side"
+      if [ "$side" = standby ]; then start_api "$ha_url" --replay-cache-entries "$cache"
+      else start_api "$local_url" --replay-cache-entries "$cache"; fi
+      run=$(run_wrk "$clients" scripts/bench/replay_keys.lua BENCH_KEYS_FILE="$keys")
+      stop_api
+      if [ "$side" = standby ]; then ha_runs+=("$run"); else local_runs+=("$run"); fi
+    done
+  done
+  read -r ha _ ha_p99 _ < <(pick "${ha_runs[@]}")
+  read -r loc _ loc_p99 _ < <(pick "${local_runs[@]}")
+  r=$(ratio "$ha" "$loc")
+  row "replays c=$clients, replay cache $cache, sync standby|$ha req/s p99 ${ha_p99}ms|no standby $loc req/s p99 ${loc_p99}ms|$r $(verdict "$r" 0.67)"
+  record ha_replays clients="$clients" cache_entries="$cache" rounds="$rounds" \
+    standby_rps="$ha" standby_rps_rounds="$(firsts "${ha_runs[@]}")" standby_p99_ms="$ha_p99" \
+    no_standby_rps="$loc" no_standby_rps_rounds="$(firsts "${local_runs[@]}")" no_standby_p99_ms="$loc_p99" \
+    ratio_to_no_standby="$r" target=0.67
 }
 
 stage_ha() {
@@ -163,6 +195,11 @@ stage_ha() {
   for clients in 8 32; do
     ha_new_charges "$ref_url" "$ha_url" "$local_url" "$clients"
   done
+  # Both databases hold the steady fill the new-charges runs left (steady, in ha_api_run).
+  for clients in 8 32; do
+    ha_replays "$ha_url" "$local_url" "$clients" 0
+  done
+  ha_replays "$ha_url" "$local_url" 32 10000
   ha_relay "$ha_url"
   ha_latency idle
   ha_latency load

@@ -128,3 +128,37 @@ pub async fn wait_published(url: &str, id: Uuid) {
     })
     .await;
 }
+
+/// An operator's watchdog: every commit of `application_name` on the database at `url`
+/// that waits for a synchronous standby is cancelled at once (`pg_cancel_backend`),
+/// until this is dropped. PostgreSQL keeps such a commit and only warns.
+pub struct SyncRepWatchdog {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SyncRepWatchdog {
+    pub async fn start(url: &str, application_name: &str) -> SyncRepWatchdog {
+        let client = crate::connect(url).await;
+        let application_name = application_name.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                let _ = client
+                    .execute(
+                        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                          WHERE datname = current_database() AND wait_event = 'SyncRep'
+                            AND application_name = $1",
+                        &[&application_name],
+                    )
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        });
+        SyncRepWatchdog { task }
+    }
+}
+
+impl Drop for SyncRepWatchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -7,8 +7,8 @@
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::failover::{
-    assert_acknowledged_kept, assert_topic_matches_outbox, charge_until_answered, client_charges,
-    event_of_key, wait_published, wait_until_all_published,
+    SyncRepWatchdog, assert_acknowledged_kept, assert_topic_matches_outbox, charge_until_answered,
+    client_charges, event_of_key, wait_published, wait_until_all_published,
 };
 use charges_tests::kafka::{TestKafka, read_to_end};
 use charges_tests::metrics::{sample, scrape, scrape_until};
@@ -26,26 +26,25 @@ fn multi_host_url(primary: &TestCluster, standby: &TestCluster, db: &TestDb) -> 
 }
 
 /// The API's session that waits for the synchronous standby, cancelled as an operator's
-/// watchdog would (`pg_cancel_backend`).
+/// watchdog would (`pg_cancel_backend`). Found and cancelled in one statement, so that
+/// a wait that ended meanwhile (a busy machine's statement timeout) is never the one
+/// "cancelled" while the next one goes on waiting.
 async fn cancel_the_synchronous_wait(db: &TestDb) {
-    let pid: i32 = poll_until("a commit waits for the synchronous standby", async || {
-        db.client()
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity
+    poll_until("a commit waits for the synchronous standby", async || {
+        let cancelled: i64 = db
+            .client()
+            .query_one(
+                "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity
                   WHERE datname = $1 AND wait_event = 'SyncRep'
                     AND application_name = 'charges-api'",
                 &[&db.name],
             )
             .await
-            .ok()
-            .flatten()
-            .map(|row| row.get(0))
+            .ok()?
+            .get(0);
+        (cancelled > 0).then_some(())
     })
     .await;
-    db.client()
-        .execute("SELECT pg_cancel_backend($1)", &[&pid])
-        .await
-        .expect("cancel the wait");
 }
 
 /// A primary whose commits wait for its standby `s1`, a test database on it, and the
@@ -167,30 +166,148 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     drop(primary);
 }
 
-/// `POST` with `body`, answered while the synchronous wait it makes is cancelled: a 503
-/// with `Retry-After`, never the stored answer (a replay the standby cannot confirm).
-async fn post_cancelled(api: &TestApi, db: &TestDb, path: &str, key: &str, body: &str) {
-    let request = api
-        .http
-        .post(api.url(path))
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(body.to_owned())
-        .send();
-    tokio::pin!(request);
-    let answer = tokio::select! {
-        answer = &mut request => {
-            let answer = answer.expect("POST");
-            panic!(
-                "{path}: answered {} (replayed: {:?}) without waiting for the standby",
-                answer.status(),
-                answer.headers().get("idempotent-replayed")
-            );
-        }
-        () = cancel_the_synchronous_wait(db) => request.await.expect("POST"),
-    };
-    assert!(answer.headers().contains_key("retry-after"));
+/// `--wait-for-standbys sync` follows the synchronous set: while its standby lacks a
+/// commit (here a cancelled wait), every batch that claims the row waits for it and
+/// rolls back untouched; once the standby is back and has flushed it, it is published.
+#[tokio::test]
+async fn the_sync_gate_holds_a_commit_its_synchronous_standby_lacks_until_it_flushes() {
+    let (primary, standby, db, url) = synchronous_pair().await;
+    let kafka = TestKafka::new(1).await;
+    let api = TestApi::start_at(&url, &[]).await;
+    let relay_args = [
+        "--database-url",
+        url.as_str(),
+        "--wait-for-standbys",
+        "sync",
+        "--publish-timeout",
+        "500ms",
+    ];
+    let (mut relay, relay_metrics) = start_relay(&db, &kafka, &relay_args).await;
+    let replicated = new_key();
+    assert_eq!(
+        charge_until_answered(&api, &replicated).await.0,
+        StatusCode::CREATED
+    );
+    let replicated = event_of_key(&primary.url_of(&db), &replicated)
+        .await
+        .expect("its event");
+    wait_published(&primary.url_of(&db), replicated).await;
+
+    standby.stop();
+    let key = new_key();
+    let (answer, ()) = tokio::join!(
+        api.post_charge(Some(&key), r#"{"amountCents":4900}"#),
+        cancel_the_synchronous_wait(&db)
+    );
     expect_problem(answer, StatusCode::SERVICE_UNAVAILABLE).await;
+    let held = event_of_key(&primary.url_of(&db), &key)
+        .await
+        .expect("the commit the standby lacks");
+    scrape_until(
+        &api.http,
+        &relay_metrics,
+        "the gate rolled batches back",
+        |page| sample(page, "charges_relay_standby_timeouts_total", &[]) >= 2.0,
+    )
+    .await;
+    let pending = db
+        .client()
+        .query_one(
+            "SELECT published_at IS NULL AND attempts = 0 FROM outbox WHERE id = $1",
+            &[&held],
+        )
+        .await
+        .expect("the held row")
+        .get::<_, bool>(0);
+    assert!(
+        pending,
+        "the sync gate published or counted a row the standby lacks"
+    );
+
+    standby.start_server().await;
+    wait_published(&primary.url_of(&db), held).await;
+    relay.stop().await;
+    let mut reader = kafka.reader();
+    read_to_end(&kafka, &mut reader).await;
+    assert!(!reader.with_id(&held.to_string()).is_empty());
+}
+
+/// A failover manager empties `synchronous_standby_names` on a promoted primary that has
+/// no standby yet (Patroni's `synchronous_mode`), and promotes only a synchronous
+/// standby: while the set is empty no standby could take over with less than the
+/// primary has. `sync` then publishes at once, where `any` or a name would hold every
+/// event until a standby streams again.
+#[tokio::test]
+async fn after_a_failover_the_sync_gate_publishes_while_the_synchronous_set_is_empty() {
+    let (primary, standby, db, url) = synchronous_pair().await;
+    let kafka = TestKafka::new(1).await;
+    let api = TestApi::start_at(&url, &[]).await;
+    let relay_args = [
+        "--database-url",
+        url.as_str(),
+        "--wait-for-standbys",
+        "sync",
+    ];
+    let (mut relay, _) = start_relay(&db, &kafka, &relay_args).await;
+    let before = new_key();
+    assert_eq!(
+        charge_until_answered(&api, &before).await.0,
+        StatusCode::CREATED
+    );
+    let before = event_of_key(&primary.url_of(&db), &before)
+        .await
+        .expect("its event");
+    wait_published(&primary.url_of(&db), before).await;
+
+    primary.crash();
+    standby.promote();
+    standby.synchronous_standbys("").await;
+    let after = new_key();
+    assert_eq!(
+        charge_until_answered(&api, &after).await.0,
+        StatusCode::CREATED
+    );
+    let after = event_of_key(&standby.url_of(&db), &after)
+        .await
+        .expect("its event on the new primary");
+    wait_published(&standby.url_of(&db), after).await;
+    relay.stop().await;
+    let published = assert_topic_matches_outbox(&standby.url_of(&db), &kafka).await;
+    assert_eq!(published, 2);
+    drop(primary);
+}
+
+/// `POST` with `body` as a client retries it, under an operator's watchdog that
+/// cancels every synchronous wait: retried until one attempt waited and was cancelled
+/// (the API's count of unreplicated commits went up). Every answer must be a 503 with
+/// `Retry-After`, never the stored answer (a replay the standby cannot confirm).
+async fn post_cancelled(api: &TestApi, path: &str, key: &str, body: &str) {
+    let unreplicated = async || {
+        let page = scrape(&api.http, &api.url("/metrics")).await;
+        sample(&page, "charges_db_unreplicated_commits_total", &[])
+    };
+    let before = unreplicated().await;
+    poll_until("an attempt that waited for the standby", async || {
+        let answer = api
+            .http
+            .post(api.url(path))
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        assert_eq!(
+            answer.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{path}: answered (replayed: {:?}) while the standby lacks the commit",
+            answer.headers().get("idempotent-replayed")
+        );
+        assert!(answer.headers().contains_key("retry-after"));
+        expect_problem(answer, StatusCode::SERVICE_UNAVAILABLE).await;
+        (unreplicated().await > before).then_some(())
+    })
+    .await;
 }
 
 /// The response the key's row stores on the test's server.
@@ -228,22 +345,18 @@ async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
         !standbys_have_everything(&db).await,
         "no standby streams, yet a replay would skip its wait"
     );
+    let watchdog = SyncRepWatchdog::start(&db.url, "charges-api").await;
     let charge_key = new_key();
     let refund_key = new_key();
     let charge_body = r#"{"amountCents":4900}"#;
     let refund_body = r#"{"amountCents":100}"#;
     for _ in 0..3 {
-        post_cancelled(&api, &db, "/charges", &charge_key, charge_body).await;
-        post_cancelled(&api, &db, &refunds, &refund_key, refund_body).await;
+        post_cancelled(&api, "/charges", &charge_key, charge_body).await;
+        post_cancelled(&api, &refunds, &refund_key, refund_body).await;
     }
+    drop(watchdog);
     let charge_stored = stored_body(&db, &charge_key).await;
     let refund_stored = stored_body(&db, &refund_key).await;
-    let api_metrics = scrape(&api.http, &api.url("/metrics")).await;
-    assert_eq!(
-        sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]),
-        6.0,
-        "each first request and each retry waited and was cancelled"
-    );
 
     standby.start_server().await;
     primary.wait_for_standby("s1", "sync").await;

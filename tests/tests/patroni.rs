@@ -4,7 +4,8 @@
 //! rewinds it and rejoins as the new standby. The binaries only know the multi-host URL
 //! and are never restarted. The same invariants as failover.rs: nothing answered 201 is
 //! lost, no event for a commit the new leader lacks, every event of the new leader
-//! published. Slow (Patroni's 20 s minimum leader TTL): `make chaos` only.
+//! published; and with `--wait-for-standbys sync`, events flow on the new leader before
+//! the old one rejoins. Slow (Patroni's 20 s minimum leader TTL): `make chaos` only.
 
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use charges_tests::failover::{
 };
 use charges_tests::kafka::TestKafka;
 use charges_tests::patroni::PatroniCluster;
-use charges_tests::{TestApi, TestDb, start_relay};
+use charges_tests::{TestApi, TestDb, connect, poll_until, start_relay};
 
 #[tokio::test]
 #[ignore = "slow: make chaos (needs make ha-deps)"]
@@ -23,8 +24,9 @@ async fn slow_patroni_promotes_the_sync_standby_under_load_and_loses_nothing_ack
     let db = TestDb::new_on(&cluster.url("postgres")).await;
     let kafka = TestKafka::new(3).await;
     let api = TestApi::start(&db, &[]).await;
-    // `any`: with two nodes the only standby is the synchronous one, whichever node it is.
-    let gate = ["--wait-for-standbys", "any"];
+    // `sync`: whichever node Patroni names in synchronous_standby_names, and nothing to
+    // wait for while it names none (the new leader before the old one rejoins).
+    let gate = ["--wait-for-standbys", "sync"];
     let (mut relay_1, _) = start_relay(&db, &kafka, &gate).await;
     let (mut relay_2, _) = start_relay(&db, &kafka, &gate).await;
 
@@ -39,7 +41,29 @@ async fn slow_patroni_promotes_the_sync_standby_under_load_and_loses_nothing_ack
         cluster.crash(&old_leader);
         let new_leader = cluster.leader(Some(&old_leader)).await;
         let promoted = crashed.elapsed();
-        // With the gate on, nothing is published until a standby streams again.
+        // Alone, the new leader names no synchronous standby: events keep flowing
+        // before the old leader rejoins.
+        let on_new_leader = connect(&cluster.url_on(&new_leader, &db)).await;
+        let since: chrono::DateTime<chrono::Utc> = on_new_leader
+            .query_one("SELECT now()", &[])
+            .await
+            .expect("the new leader's clock")
+            .get(0);
+        poll_until(
+            "an event published on the new leader, old leader down",
+            async || {
+                let published: i64 = on_new_leader
+                    .query_one(
+                        "SELECT count(*) FROM outbox WHERE published_at > $1",
+                        &[&since],
+                    )
+                    .await
+                    .ok()?
+                    .get(0);
+                (published > 0).then_some(())
+            },
+        )
+        .await;
         cluster.restart(&old_leader);
         cluster.wait_for_role(&old_leader, "sync_standby").await;
         (new_leader, promoted, crashed.elapsed())

@@ -51,15 +51,25 @@ pub enum Standbys {
     Any,
     /// Every one of these (`application_name` in `pg_stat_replication`).
     Named(Vec<String>),
+    /// Those `synchronous_standby_names` names at the time, as many as it asks for; none
+    /// while it names none.
+    Sync,
 }
 
 fn parse_standbys(text: &str) -> Result<Standbys, String> {
-    if text.trim() == "any" {
-        return Ok(Standbys::Any);
+    match text.trim() {
+        "any" => return Ok(Standbys::Any),
+        "sync" => return Ok(Standbys::Sync),
+        _ => {}
     }
-    let names: Vec<String> = text.split(',').map(|n| n.trim().to_owned()).collect();
-    if names.iter().any(String::is_empty) {
-        return Err("expected `any` or standby names separated by commas".to_owned());
+    let mut names: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if name.is_empty() {
+            return Err("expected `sync`, `any` or standby names separated by commas".to_owned());
+        }
+        if !names.iter().any(|known| known == name) {
+            names.push(name.to_owned());
+        }
     }
     Ok(Standbys::Named(names))
 }
@@ -160,11 +170,13 @@ pub struct RunArgs {
 
     /// The replication gate: publish a batch only once these standbys have flushed the
     /// WAL holding its rows, so that no event goes out for a commit a failover to them
-    /// would lose. `any` (one standby is enough) or standby names (their
-    /// application_name, comma separated; every one must confirm). Off when unset. While
-    /// they lag, a batch waits up to --publish-timeout, then rolls back untouched: no
-    /// attempt used, the rows stay pending.
-    #[arg(long, env = "RELAY_WAIT_FOR_STANDBYS", value_name = "any|NAME,…", value_parser = parse_standbys)]
+    /// would lose. `sync`: those synchronous_standby_names names at the time (as many as
+    /// it asks for; none while it names none, as under a failover manager that promotes
+    /// only its synchronous standbys); `any`: one standby is enough; or standby names
+    /// (their application_name, comma separated; every one must confirm). Off when
+    /// unset. While they lag, a batch waits up to --publish-timeout, then rolls back
+    /// untouched: no attempt used, the rows stay pending.
+    #[arg(long, env = "RELAY_WAIT_FOR_STANDBYS", value_name = "sync|any|NAME,…", value_parser = parse_standbys)]
     pub wait_for_standbys: Option<Standbys>,
 
     /// Rejections after which a row is set dead and no longer claimed: attempts the

@@ -25,7 +25,7 @@ use charges_maintenance::JobRunner;
 use charges_runtime::ops::OpsServer;
 use charges_runtime::readiness::Health;
 use charges_runtime::secrets::ExposeSecret;
-use charges_store::{Pool, PoolSettings};
+use charges_store::{GateStandbys, Pool, PoolSettings};
 use rdkafka::producer::Producer;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -86,8 +86,9 @@ impl RunArgs {
                 .wait_for_standbys
                 .as_ref()
                 .map(|standbys| match standbys {
-                    config::Standbys::Any => Vec::new(),
-                    config::Standbys::Named(names) => names.clone(),
+                    config::Standbys::Any => GateStandbys::Any,
+                    config::Standbys::Named(names) => GateStandbys::Named(names.clone()),
+                    config::Standbys::Sync => GateStandbys::Synchronous,
                 }),
             max_attempts: self.max_attempts,
             backoff: Backoff {

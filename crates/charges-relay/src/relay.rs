@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use charges_runtime::readiness::Health;
-use charges_store::{ClaimTransaction, PendingEvent, Pool, PublishFailure};
+use charges_store::{ClaimTransaction, GateStandbys, PendingEvent, Pool, PublishFailure};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
@@ -14,9 +14,10 @@ use crate::backoff::Backoff;
 use crate::broker::BrokerHealth;
 use crate::cursor::ClaimCursor;
 use crate::failure::{FailureKind, PublishError};
+use crate::gate::{RunningGate, StandbyGate};
 use crate::publish::{MessageSettings, Producers, publish_batch};
 use crate::wakeup::WakeupRequest;
-use crate::{RelayError, error_chain, gate, metrics};
+use crate::{RelayError, error_chain, metrics};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
 /// statements (claim, mark, record failures, commit) and scheduling delays.
@@ -30,8 +31,8 @@ pub struct RelaySettings {
     pub batch_size: u32,
     pub publish_timeout: Duration,
     /// The replication gate: the standbys that must have a batch's WAL before it is
-    /// published (empty: any one); `None`: off.
-    pub standbys: Option<Vec<String>>,
+    /// published; `None`: off.
+    pub standbys: Option<GateStandbys>,
     pub max_attempts: u32,
     pub backoff: Backoff,
 }
@@ -79,6 +80,8 @@ pub struct Relay {
     process: Arc<Health>,
     /// Shared by the batch loops: where their next claim starts.
     cursor: ClaimCursor,
+    /// The replication gate, when on; shared by the batch loops.
+    gate: Option<RunningGate>,
 }
 
 impl Relay {
@@ -89,6 +92,10 @@ impl Relay {
         health: Arc<BrokerHealth>,
         process: Arc<Health>,
     ) -> Relay {
+        let gate = settings
+            .standbys
+            .clone()
+            .map(|standbys| StandbyGate::start(pool.clone(), standbys));
         Relay {
             pool,
             producers,
@@ -96,6 +103,7 @@ impl Relay {
             health,
             process,
             cursor: ClaimCursor::default(),
+            gate,
         }
     }
 
@@ -116,13 +124,17 @@ impl Relay {
     pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
         let started = Instant::now();
         let (transaction, events) = self.claim().await?;
+        let claimed_at = Instant::now();
         if events.is_empty() {
             transaction.commit(&[], &[]).await?;
             return Ok(BatchOutcome::default());
         }
-        if let Some(standbys) = &self.settings.standbys {
+        if let (Some(running), Some(position)) = (&self.gate, transaction.position()) {
             // Behind: dropping the transaction rolls the claim back, rows untouched.
-            gate::wait_for_standbys(&transaction, standbys, self.settings.publish_timeout).await?;
+            running
+                .gate
+                .wait(position, claimed_at, self.settings.publish_timeout)
+                .await?;
         }
         let producer = self.producers.current();
         let results = publish_batch(

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::outbox::{ClaimStatements, OutboxStore, PendingEvent, PublishFailure};
+use crate::replication::WalPosition;
 
 /// `BEGIN`, as a simple query: nothing to prepare, so it is sent the moment it is
 /// polled, before the statements polled after it.
@@ -30,7 +31,7 @@ pub struct ClaimTransaction {
     client: Option<Object>,
     statements: ClaimStatements,
     /// Where the WAL ended as the claim read its first row (`None`: it claimed nothing).
-    position: Option<String>,
+    position: Option<WalPosition>,
 }
 
 impl ClaimTransaction {
@@ -88,8 +89,8 @@ impl ClaimTransaction {
 
     /// Where the WAL ended as the claim read its first row: at or past the commit of
     /// every claimed row (`None`: it claimed nothing).
-    pub fn position(&self) -> Option<&str> {
-        self.position.as_deref()
+    pub fn position(&self) -> Option<WalPosition> {
+        self.position
     }
 
     /// The transaction's connection, for statements that read without taking part in

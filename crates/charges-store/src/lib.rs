@@ -60,7 +60,7 @@ pub use reconciliation_result::{
     ReconciliationClaim, ReconciliationCounts, ReconciliationResultStore,
 };
 pub use refunds::RefundStore;
-pub use replication::{ReplicationStore, StandbyProgress};
+pub use replication::{GateStandbys, ReplicationStore, StandbyFlush, WalPosition};
 pub use statements::{Connection, Pooler, Sql};
 pub use tls::DatabaseTls;
 pub use tokio_postgres::IsolationLevel;

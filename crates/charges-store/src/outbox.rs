@@ -3,10 +3,11 @@
 
 use charges_domain::EventType;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{PgLsn, Type};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::replication::WalPosition;
 use crate::statements::{self, Connection, ReadyStatement, Sql};
 
 /// `OutboxInsert`
@@ -51,13 +52,16 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// writes only after the row below it was read (an uncorrelated subquery in the target
 /// list is an InitPlan, run once, on the first row). The replication gate waits for the
 /// standbys to flush up to it: a position read after the claim would include the
-/// locks, which nobody flushes until the WAL writer wakes up.
+/// locks, which nobody flushes until the WAL writer wakes up. `claim_server` (the
+/// postmaster's start time) names the server the position belongs to: after a failover
+/// another server's positions say nothing about this claim's rows.
 pub const CLAIM_PENDING: Sql = Sql::new(
     "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
        trace_parent, trace_state, request_id,
-       (SELECT pg_current_wal_insert_lsn()::text) AS claim_position
+       (SELECT pg_current_wal_insert_lsn()) AS claim_position,
+       (SELECT pg_postmaster_start_time()) AS claim_server
 FROM outbox
 WHERE published_at IS NULL
   AND dead_at IS NULL
@@ -80,7 +84,8 @@ pub const CLAIM_PENDING_ORDERED: Sql = Sql::new(
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.sequence,
        coalesce(o.data, o.payload::text) AS payload, o.created_at, o.attempts, o.rejections,
        o.trace_parent, o.trace_state, o.request_id,
-       (SELECT pg_current_wal_insert_lsn()::text) AS claim_position
+       (SELECT pg_current_wal_insert_lsn()) AS claim_position,
+       (SELECT pg_postmaster_start_time()) AS claim_server
 FROM outbox o
 WHERE o.published_at IS NULL
   AND o.dead_at IS NULL
@@ -442,10 +447,13 @@ impl OutboxStore {
         prepared: &ClaimStatements,
         limit: i64,
         from: Option<DateTime<Utc>>,
-    ) -> Result<(Vec<PendingEvent>, Option<String>), StoreError> {
+    ) -> Result<(Vec<PendingEvent>, Option<WalPosition>), StoreError> {
         let rows = prepared.claim.query(client, &[&limit, &from]).await?;
         let position = match rows.first() {
-            Some(row) => Some(row.try_get("claim_position")?),
+            Some(row) => Some(WalPosition {
+                lsn: u64::from(row.try_get::<_, PgLsn>("claim_position")?),
+                server: row.try_get("claim_server")?,
+            }),
             None => None,
         };
         let events = rows
