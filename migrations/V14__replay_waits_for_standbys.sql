@@ -15,9 +15,16 @@
 -- have already confirmed `position`, counted as the server counts them:
 -- synchronous_standby_names' number (FIRST n, ANY n, or 1 for a plain list) of the
 -- standbys pg_stat_replication marks `sync` or `quorum`, flushed (replayed, under
--- synchronous_commit = remote_apply) at or past it. Asked with the WAL insert position
--- read after the key's row, which is past that row's commit record, it skips the wait
--- whenever the standbys are caught up. A stalled or absent standby never passes it.
+-- synchronous_commit = remote_apply) at or past it. It is asked with the position the
+-- WAL was flushed to, read after the key's row: a commit is flushed before it becomes
+-- visible (RecordTransactionCommit flushes, then waits for the standbys, and only then
+-- leaves the proc array), so that position is past the row's commit record. The insert
+-- position would be looser: under concurrent replays it always includes WAL nobody has
+-- flushed yet, and every replay would wait. It skips the wait whenever the standbys are
+-- caught up; a stalled or absent standby never passes it. This holds for rows committed
+-- with synchronous_commit on, local or remote_*; a commit with synchronous_commit = off
+-- is visible before it is flushed, and is lost by a crash whatever anyone waits for: the
+-- API must not run with it.
 -- SECURITY DEFINER so that the positions, which only members of pg_read_all_stats see,
 -- are read with the migrating role's rights (roles.sql); it shows only a yes or no.
 -- Without those rights it says no, and every replay waits: slower, never wrong.
@@ -48,7 +55,7 @@ AS $$
 BEGIN
     IF current_setting('synchronous_standby_names') = ''
        OR current_setting('synchronous_commit') IN ('off', 'local')
-       OR idempotency_standbys_have(pg_current_wal_insert_lsn()) THEN
+       OR idempotency_standbys_have(pg_current_wal_flush_lsn()) THEN
         RETURN;
     END IF;
     PERFORM pg_logical_emit_message(true, 'idempotency.await_standbys', '');

@@ -399,11 +399,11 @@ async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
 }
 
 /// Whether a replay would find its key's commit confirmed without waiting
-/// (`idempotency_standbys_have`, V14, at the current end of the WAL).
+/// (`idempotency_standbys_have`, V14, at the WAL flushed so far).
 async fn standbys_have_everything(db: &TestDb) -> bool {
     db.client()
         .query_one(
-            "SELECT idempotency_standbys_have(pg_current_wal_insert_lsn())",
+            "SELECT idempotency_standbys_have(pg_current_wal_flush_lsn())",
             &[],
         )
         .await

@@ -46,21 +46,22 @@ SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 /// from the oldest) that no other relay holds. Matches `outbox_pending_idx`
 /// (predicate and order; `$2` bounds the index range, so the scan starts there).
 ///
-/// `claim_position`, the same on every row, is where the WAL ended when the first row
-/// was read: at or past the commit of every row the statement's snapshot (taken at its
-/// start) can see, and before the WAL of the statement's own row locks, which `LockRows`
-/// writes only after the row below it was read (an uncorrelated subquery in the target
-/// list is an InitPlan, run once, on the first row). The replication gate waits for the
-/// standbys to flush up to it: a position read after the claim would include the
-/// locks, which nobody flushes until the WAL writer wakes up. `claim_server` (the
-/// postmaster's start time) names the server the position belongs to: after a failover
-/// another server's positions say nothing about this claim's rows.
+/// `claim_position`, the same on every row, is where the WAL was flushed to as the first
+/// row was read (an uncorrelated subquery in the target list is an InitPlan, run once),
+/// after the statement's snapshot was taken: past the commit record of every row it can
+/// see, since a commit is flushed before it becomes visible (for commits made with
+/// `synchronous_commit` on, local or remote_*; with it off a commit is visible before it
+/// is flushed, and lost by a crash anyway). The replication gate waits for the standbys
+/// to flush up to it. The insert position would be looser: it includes WAL nobody has
+/// flushed yet, such as other batches' marks in flight, and a batch would wait for them.
+/// `claim_server` (the postmaster's start time) names the server the position belongs
+/// to: after a failover another server's positions say nothing about this claim's rows.
 pub const CLAIM_PENDING: Sql = Sql::new(
     "
 SELECT id, aggregate_type, aggregate_id, event_type, sequence,
        coalesce(data, payload::text) AS payload, created_at, attempts, rejections,
        trace_parent, trace_state, request_id,
-       (SELECT pg_current_wal_insert_lsn()) AS claim_position,
+       (SELECT pg_current_wal_flush_lsn()) AS claim_position,
        (SELECT pg_postmaster_start_time()) AS claim_server
 FROM outbox
 WHERE published_at IS NULL
@@ -84,7 +85,7 @@ pub const CLAIM_PENDING_ORDERED: Sql = Sql::new(
 SELECT o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.sequence,
        coalesce(o.data, o.payload::text) AS payload, o.created_at, o.attempts, o.rejections,
        o.trace_parent, o.trace_state, o.request_id,
-       (SELECT pg_current_wal_insert_lsn()) AS claim_position,
+       (SELECT pg_current_wal_flush_lsn()) AS claim_position,
        (SELECT pg_postmaster_start_time()) AS claim_server
 FROM outbox o
 WHERE o.published_at IS NULL
