@@ -67,7 +67,8 @@ async fn synchronous_pair() -> (TestCluster, TestCluster, TestDb, String) {
 async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across_a_failover() {
     let (primary, standby, db, url) = synchronous_pair().await;
     let kafka = TestKafka::new(1).await;
-    let api = TestApi::start_at(&url, &[]).await;
+    // A replay that waits for a standby that does not come ends at the statement timeout.
+    let api = TestApi::start_at(&url, &["--db-statement-timeout", "1s"]).await;
     let relay_args = ["--database-url", url.as_str(), "--wait-for-standbys", "s1"];
     let (mut relay, relay_metrics) = start_relay(&db, &kafka, &relay_args).await;
 
@@ -99,20 +100,13 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
         .await
         .expect("the commit stayed on the primary: the hole this guards against");
     // The client retries while the old primary still runs: the key's row is there, but
-    // the standby lacks it, so the replay waits as a commit would and is cancelled too.
-    let (retry, ()) = tokio::join!(
-        api.post_charge(Some(&key), r#"{"amountCents":4900}"#),
-        cancel_the_synchronous_wait(&db)
-    );
-    assert!(
-        !retry.headers().contains_key("idempotent-replayed"),
-        "a commit the standby lacks was replayed"
-    );
-    expect_problem(retry, StatusCode::SERVICE_UNAVAILABLE).await;
+    // the standby lacks it, so the replay waits for the standby until its statement
+    // times out.
+    post_unconfirmed(&api, "/charges", &key, r#"{"amountCents":4900}"#).await;
     let api_metrics = scrape(&api.http, &api.url("/metrics")).await;
     assert_eq!(
         sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]),
-        2.0
+        1.0
     );
     // The gate holds the row back while the standby is gone: a batch waits, rolls back,
     // and the row stays pending with no attempt used, as during a broker outage.
@@ -277,59 +271,49 @@ async fn after_a_failover_the_sync_gate_publishes_while_the_synchronous_set_is_e
     drop(primary);
 }
 
-/// `POST` with `body` as a client retries it, under an operator's watchdog that
-/// cancels every synchronous wait: retried until one attempt waited and was cancelled
-/// (the API's count of unreplicated commits went up). Every answer must be a 503 with
-/// `Retry-After`, never the stored answer (a replay the standby cannot confirm).
-async fn post_cancelled(api: &TestApi, path: &str, key: &str, body: &str) {
-    let unreplicated = async || {
-        let page = scrape(&api.http, &api.url("/metrics")).await;
-        sample(&page, "charges_db_unreplicated_commits_total", &[])
-    };
-    let before = unreplicated().await;
-    poll_until("an attempt that waited for the standby", async || {
-        let answer = api
-            .http
-            .post(api.url(path))
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
-            .body(body.to_owned())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-        assert_eq!(
-            answer.status(),
-            StatusCode::SERVICE_UNAVAILABLE,
-            "{path}: answered (replayed: {:?}) while the standby lacks the commit",
-            answer.headers().get("idempotent-replayed")
-        );
-        assert!(answer.headers().contains_key("retry-after"));
-        expect_problem(answer, StatusCode::SERVICE_UNAVAILABLE).await;
-        (unreplicated().await > before).then_some(())
-    })
-    .await;
+/// `POST` with `body` while the standby lacks the key's commit: a 503 with `Retry-After`
+/// (the wait for the standby cancelled or timed out), never the stored answer.
+async fn post_unconfirmed(api: &TestApi, path: &str, key: &str, body: &str) {
+    let answer = api
+        .http
+        .post(api.url(path))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    assert_eq!(
+        answer.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{path}: answered (replayed: {:?}) while the standby lacks the commit",
+        answer.headers().get("idempotent-replayed")
+    );
+    assert!(answer.headers().contains_key("retry-after"));
+    expect_problem(answer, StatusCode::SERVICE_UNAVAILABLE).await;
 }
 
-/// The response the key's row stores on the test's server.
-async fn stored_body(db: &TestDb, key: &str) -> String {
+/// The response the key's row stores on the test's server, if it has one.
+async fn stored_body(db: &TestDb, key: &str) -> Option<String> {
     db.client()
-        .query_one(
+        .query_opt(
             "SELECT response_body FROM idempotency_keys WHERE key = $1",
             &[&key],
         )
         .await
-        .expect("the row the first request committed on the primary")
-        .get(0)
+        .expect("read the key's row")
+        .map(|row| row.get(0))
 }
 
 /// A replay is an acknowledgment. A charge and a refund whose synchronous waits were
-/// cancelled stay on the primary; every retry of their keys reads the stored answer but
-/// waits for the standby to have it, and is answered 503 while it does not, however
-/// often it comes. Once the standby is back and caught up, the retries replay them.
+/// cancelled (an operator's watchdog) stay on the primary; every retry of their keys
+/// reads the stored answer but waits for the standby to have it, and is answered 503
+/// while it does not (its statement times out), however often it comes. Once the
+/// standby is back and caught up, the retries replay them.
 #[tokio::test]
 async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
     let (primary, standby, db, url) = synchronous_pair().await;
-    let api = TestApi::start_at(&url, &[]).await;
+    let api = TestApi::start_at(&url, &["--db-statement-timeout", "1s"]).await;
     let created = api
         .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
         .await;
@@ -350,13 +334,25 @@ async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
     let refund_key = new_key();
     let charge_body = r#"{"amountCents":4900}"#;
     let refund_body = r#"{"amountCents":100}"#;
-    for _ in 0..3 {
-        post_cancelled(&api, "/charges", &charge_key, charge_body).await;
-        post_cancelled(&api, &refunds, &refund_key, refund_body).await;
+    let mut stored = Vec::new();
+    for (path, key, body) in [
+        ("/charges", &charge_key, charge_body),
+        (refunds.as_str(), &refund_key, refund_body),
+    ] {
+        // The first request commits, its wait is cancelled, its row stays.
+        let row = poll_until("the key's row committed on the primary", async || {
+            post_unconfirmed(&api, path, key, body).await;
+            stored_body(&db, key).await
+        })
+        .await;
+        for _ in 0..2 {
+            post_unconfirmed(&api, path, key, body).await;
+        }
+        stored.push(row);
     }
     drop(watchdog);
-    let charge_stored = stored_body(&db, &charge_key).await;
-    let refund_stored = stored_body(&db, &refund_key).await;
+    let api_metrics = scrape(&api.http, &api.url("/metrics")).await;
+    assert!(sample(&api_metrics, "charges_db_unreplicated_commits_total", &[]) >= 2.0);
 
     standby.start_server().await;
     primary.wait_for_standby("s1", "sync").await;
@@ -365,8 +361,8 @@ async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
     })
     .await;
     for (path, key, body, stored) in [
-        ("/charges", &charge_key, charge_body, &charge_stored),
-        (refunds.as_str(), &refund_key, refund_body, &refund_stored),
+        ("/charges", &charge_key, charge_body, &stored[0]),
+        (refunds.as_str(), &refund_key, refund_body, &stored[1]),
     ] {
         let replay = api
             .http

@@ -175,7 +175,9 @@ pub struct RunArgs {
     /// only its synchronous standbys); `any`: one standby is enough; or standby names
     /// (their application_name, comma separated; every one must confirm). Off when
     /// unset. While they lag, a batch waits up to --publish-timeout, then rolls back
-    /// untouched: no attempt used, the rows stay pending.
+    /// untouched: no attempt used, the rows stay pending. With the gate on, each
+    /// --concurrency loop runs twice (twice the connections), so that batches waiting
+    /// for the standbys do not hold the others up.
     #[arg(long, env = "RELAY_WAIT_FOR_STANDBYS", value_name = "sync|any|NAME,…", value_parser = parse_standbys)]
     pub wait_for_standbys: Option<Standbys>,
 

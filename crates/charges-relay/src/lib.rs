@@ -65,6 +65,19 @@ pub async fn main(cli: Cli) -> Result<(), RelayError> {
 }
 
 impl RunArgs {
+    /// Batch loops in this process: `--concurrency`, twice over with the replication
+    /// gate on. A gated batch spends part of its time waiting for the standbys while it
+    /// holds its claim; a second loop per `--concurrency` claims and publishes meanwhile,
+    /// so that the wait costs time per event, not throughput.
+    pub fn batch_loops(&self) -> usize {
+        let loops = self.concurrency as usize;
+        if self.wait_for_standbys.is_some() {
+            loops * 2
+        } else {
+            loops
+        }
+    }
+
     fn relay_settings(&self) -> RelaySettings {
         let ordered = self.ordering == Ordering::PerAggregate;
         RelaySettings {
@@ -132,6 +145,7 @@ pub async fn run(
         brokers = %args.kafka_brokers,
         batch_size = args.batch_size,
         concurrency = args.concurrency,
+        batch_loops = args.batch_loops(),
         ordering = ?args.ordering,
         publish_timeout = ?args.publish_timeout,
         "relay started"
@@ -241,7 +255,7 @@ impl Workers {
             busy_poll_interval: args.busy_poll_interval,
         };
         let mut loops = JoinSet::new();
-        for _ in 0..args.concurrency {
+        for _ in 0..args.batch_loops() {
             loops.spawn(batch_loop(
                 relay.clone(),
                 wake.clone(),
@@ -324,7 +338,7 @@ async fn connect(
         database.database_url.expose_secret(),
         &PoolSettings {
             // The batch loops, the maintenance jobs and /readyz (LISTEN has its own).
-            max_size: args.concurrency as usize + 4,
+            max_size: args.batch_loops() + 4,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: settings.transaction_timeout(),
             application_name: "charges-relay".to_owned(),

@@ -266,13 +266,12 @@ ON CONFLICT (key, endpoint) DO UPDATE
 );
 
 /// `IdempotencyKeyAwaitStandbys`: run before answering from a key's row in the
-/// transaction path (a replay, a payload conflict), so that its commit, which follows
-/// the row's in the WAL, returns only once the synchronous standbys have the row
-/// (`idempotency_await_standbys`, migration V14; nothing is written without a
-/// synchronous standby). PostgreSQL shows a commit to other sessions before its own
-/// wait for the standbys ends, and keeps it when that wait is cancelled: answering from
-/// it unconfirmed would acknowledge a charge a failover loses. The one-statement path
-/// does the same inside its function.
+/// transaction path (a replay, a payload conflict): returns once the synchronous
+/// standbys have the row (`idempotency_await_standbys`, migration V14; at once without a
+/// synchronous standby). A commit whose own wait for the standbys was cancelled stays
+/// visible on the primary: answering from it unconfirmed would acknowledge a charge a
+/// failover loses. The statement's timeout or a cancel ends the wait as a 503. The
+/// one-statement path does the same inside its function.
 pub const AWAIT_STANDBYS: Sql = Sql::new("SELECT idempotency_await_standbys()", &[]);
 
 // Reconciliation and retention: never on the request path.
@@ -529,9 +528,9 @@ impl IdempotencyStore {
     }
 }
 
-/// Ends a transaction that answers from a key's row: committed once the synchronous
-/// standbys have that row ([`AWAIT_STANDBYS`]). A cancelled wait fails the commit
-/// (`unreplicated_commit`), so the answer becomes a retryable 503 instead.
+/// Ends a transaction that answers from a key's row, once the synchronous standbys have
+/// that row ([`AWAIT_STANDBYS`]; when their positions cannot be read, its commit is what
+/// waits, and a cancelled wait fails it through `unreplicated_commit`).
 async fn await_standbys(tx: Transaction<'_>) -> Result<(), StoreError> {
     statements::execute(&tx, &AWAIT_STANDBYS, &[]).await?;
     tx.commit().await?;
