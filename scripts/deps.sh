@@ -8,7 +8,7 @@
 #   full   (the default) everything `make test` needs: `build`, plus the Python tools,
 #          cargo-nextest, tansu, promtool and the container engine with its images.
 #   ha     `build` plus the failover manager of `make chaos` and `make ha-demo`: etcd
-#          (Debian's etcd-server) and Patroni (PyPI). Checked on every call, like build.
+#          (Debian's etcd-server) and Patroni (pip). Checked on every call, like build.
 #
 # The full check (apt, pip, rustup, cargo install) runs once per machine and version of
 # this script: a stamp under ~/.cache remembers it. Later calls (every `make test`) only
@@ -128,7 +128,9 @@ if [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
   command -v make >/dev/null 2>&1 || apt_install make
   build="$(mktemp -d)"
   tarball="pgbouncer_$pgbouncer_prepared_version.orig.tar.gz"
-  curl -fsSL --retry 3 -o "$build/$tarball" "https://deb.debian.org/debian/pool/main/p/pgbouncer/$tarball"
+  # From the Debian mirror apt uses: no package host is named here.
+  mirror="$(bash "$(dirname "$0")/../deploy/podman/apt-mirror.sh")"
+  curl -fsSL --retry 3 -o "$build/$tarball" "$mirror/pool/main/p/pgbouncer/$tarball"
   echo "$pgbouncer_prepared_sha256  $build/$tarball" | sha256sum -c --quiet
   tar -xzf "$build/$tarball" -C "$build"
   (cd "$build/pgbouncer-$pgbouncer_prepared_version" && ./configure --without-cares >/dev/null && make -j2 >/dev/null)
@@ -159,7 +161,7 @@ apt_install "${need_apt[@]}"
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # A real Kafka-protocol broker for the relay's tests (tests/src/tansu.rs). Built from
-# crates.io once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
+# its source crate once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
 command -v tansu >/dev/null 2>&1 || {
   echo "deps: building tansu (a Kafka-compatible broker; once per machine, 10 to 25 min)"
   cargo install --locked tansu --version 0.6.0 --features dynostore

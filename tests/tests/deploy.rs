@@ -96,7 +96,7 @@ fn probes_and_grace_periods_match_the_binaries() {
 }
 
 /// Every Kubernetes manifest in deploy/k8s validates against the Kubernetes API
-/// schemas (`kubernetes-validate --strict`, from PyPI; `make deps` installs it, with
+/// schemas (`kubernetes-validate --strict`, which `make deps` installs with pip, with
 /// its schemas, so this works offline). Unknown fields, wrong types and unknown kinds
 /// fail; kustomization.yaml is kustomize's, not a Kubernetes object, and is skipped.
 #[test]
