@@ -145,7 +145,10 @@ images() {
   [ -x "$tansu" ] || { echo "containers: tansu is missing (make deps installs it)" >&2; exit 1; }
   build_local "$(image BROKER)" "$root/deploy/podman/tansu.Containerfile" \
     "$tansu" "$root/deploy/podman/tansu-entrypoint.sh"
-  build_local "$(image PGBOUNCER)" "$root/deploy/podman/pgbouncer.Containerfile"
+  # Compiled in the build from the pinned source (a minute or two, once per recipe).
+  build_local "$(image PGBOUNCER)" "$root/deploy/podman/pgbouncer.Containerfile" \
+    "$root/deploy/podman/pgbouncer-source.env" "$root/deploy/podman/pgbouncer-build.sh" \
+    "$root/deploy/podman/apt-mirror.sh"
 }
 
 # The application image. podman: the runtime stage on the local base, with the binaries of

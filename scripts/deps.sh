@@ -116,28 +116,17 @@ if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
 fi
 
 # A PgBouncer that keeps prepared statements in transaction pooling (1.21 and later;
-# bookworm ships 1.18): Debian trixie's source, pinned by its checksum, built into the
-# cache once per machine (seconds). tests/tests/pooler.rs and make bench run it for
-# --db-pooler transaction-prepared; nothing is installed system-wide.
-pgbouncer_prepared_version=1.24.1
-pgbouncer_prepared_sha256=da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0
-pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$pgbouncer_prepared_version"
+# bookworm ships 1.18): the release deploy/podman/pgbouncer-source.env pins, built into
+# the cache once per machine (a minute) by the image's own recipe. tests/tests/pooler.rs
+# and make bench run it for --db-pooler transaction-prepared; nothing is installed
+# system-wide.
+source "$(dirname "$0")/../deploy/podman/pgbouncer-source.env"
+pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$PGBOUNCER_VERSION"
 if [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
-  echo "deps: building PgBouncer $pgbouncer_prepared_version (Debian trixie's source) into $pgbouncer_prepared_dir"
+  echo "deps: building PgBouncer $PGBOUNCER_VERSION into $pgbouncer_prepared_dir"
   [ -f /usr/include/event2/event.h ] || apt_install libevent-dev
   command -v make >/dev/null 2>&1 || apt_install make
-  build="$(mktemp -d)"
-  tarball="pgbouncer_$pgbouncer_prepared_version.orig.tar.gz"
-  # From the Debian mirror apt uses: no package host is named here.
-  mirror="$(bash "$(dirname "$0")/../deploy/podman/apt-mirror.sh")"
-  curl -fsSL --retry 3 -o "$build/$tarball" "$mirror/pool/main/p/pgbouncer/$tarball"
-  echo "$pgbouncer_prepared_sha256  $build/$tarball" | sha256sum -c --quiet
-  tar -xzf "$build/$tarball" -C "$build"
-  (cd "$build/pgbouncer-$pgbouncer_prepared_version" && ./configure --without-cares >/dev/null && make -j2 >/dev/null)
-  mkdir -p "$pgbouncer_prepared_dir"
-  cp "$build/pgbouncer-$pgbouncer_prepared_version/pgbouncer" "$pgbouncer_prepared_dir/pgbouncer.partial"
-  mv "$pgbouncer_prepared_dir/pgbouncer.partial" "$pgbouncer_prepared_dir/pgbouncer"
-  rm -rf "$build"
+  bash "$(dirname "$0")/../deploy/podman/pgbouncer-build.sh" "$pgbouncer_prepared_dir" >/dev/null
 fi
 
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
@@ -150,7 +139,8 @@ fi
 build_needs
 # The chaos and TLS tests start Postgres servers of their own and issue certificates.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
-# The pooler tests (tests/tests/pooler.rs) put Debian's PgBouncer in front of Postgres.
+# The pooler tests (tests/tests/pooler.rs) put Debian's PgBouncer (1.18) in front of
+# Postgres too.
 # Installing the package starts no daemon here; the tests run their own.
 command -v pgbouncer >/dev/null 2>&1 || need_apt+=(pgbouncer)
 # kubernetes-validate (below) checks deploy/k8s against the Kubernetes schemas in make test.

@@ -4,7 +4,7 @@
 # whose URI ends in /debian. Whatever downloads from the Debian archive asks this, so
 # that nothing names a package host and everything works behind the machine's mirror:
 # debootstrap of the image base (scripts/containers.sh) and PgBouncer's source
-# (scripts/deps.sh).
+# (pgbouncer-build.sh, on the host and inside the image build).
 set -euo pipefail
 
 files=()

@@ -1,9 +1,9 @@
 //! A real PgBouncer (Debian's package, 1.18: no protocol-level prepared statements) in
 //! transaction pooling in front of the test server, started per test on a free port,
 //! with every setting at its default but the pool size. Stopped when dropped. Or the
-//! PgBouncer `make deps` builds from Debian trixie's source (1.24), which keeps
-//! prepared statements with `max_prepared_statements` (`--db-pooler
-//! transaction-prepared`).
+//! PgBouncer the images ship, which `make deps` also builds for the host from the
+//! source `deploy/podman/pgbouncer-source.env` pins, and which keeps prepared
+//! statements with `max_prepared_statements` (`--db-pooler transaction-prepared`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +26,7 @@ pub struct PgBouncerSettings {
     pub pool_mode: &'static str,
     /// Server connections per database and user.
     pub default_pool_size: u32,
-    /// PgBouncer 1.24 with `max_prepared_statements = 200` instead of Debian's 1.18.
+    /// The pinned PgBouncer with `max_prepared_statements = 200` instead of Debian's 1.18.
     pub keeps_prepared_statements: bool,
 }
 
@@ -40,8 +40,19 @@ impl Default for PgBouncerSettings {
     }
 }
 
+/// The version of PgBouncer `deploy/podman/pgbouncer-source.env` pins: the images'.
+pub fn pinned_version() -> String {
+    let path = crate::manifests::repo().join("deploy/podman/pgbouncer-source.env");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .find_map(|line| line.strip_prefix("PGBOUNCER_VERSION="))
+        .unwrap_or_else(|| panic!("{} has no PGBOUNCER_VERSION=", path.display()))
+        .to_owned()
+}
+
 /// The PgBouncer that keeps prepared statements: `$PGBOUNCER_PREPARED`, else where
-/// `make deps` (scripts/deps.sh) builds it.
+/// `make deps` (scripts/deps.sh) builds the pinned version.
 pub fn prepared_statements_pgbouncer() -> PathBuf {
     if let Some(path) = std::env::var_os("PGBOUNCER_PREPARED") {
         return PathBuf::from(path);
@@ -51,7 +62,9 @@ pub fn prepared_statements_pgbouncer() -> PathBuf {
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
         });
-    cache.join("charges-tools/pgbouncer-1.24.1/pgbouncer")
+    cache
+        .join(format!("charges-tools/pgbouncer-{}", pinned_version()))
+        .join("pgbouncer")
 }
 
 impl TestPgBouncer {

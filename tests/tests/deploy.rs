@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use charges_tests::manifests::{PgBouncerIni, documents, kustomization_entries, repo};
+use charges_tests::pgbouncer::pinned_version;
 use serde_json::Value;
 
 #[test]
@@ -616,6 +617,51 @@ fn connection_budget_fits_max_connections() {
          {max_client_conn}); without it: {}",
         clients + direct
     );
+}
+
+/// Every PgBouncer image is the release deploy/podman/pgbouncer-source.env pins, and
+/// that release keeps prepared statements in transaction pooling (1.21 and later):
+/// deploy/images.env's tags (deploy/docker-compose.yml's default is the docker one:
+/// docker_compose_services_and_settings_match_the_binaries) and deploy/k8s's image.
+/// containers.rs checks that the running image says so.
+#[test]
+fn every_pgbouncer_image_is_the_pinned_release() {
+    let version = pinned_version();
+    let release: Vec<u32> = version
+        .split('.')
+        .map(|part| part.parse().expect("a numeric version"))
+        .collect();
+    assert!(
+        release[..] >= [1, 21][..],
+        "PgBouncer {version} keeps no prepared statements in transaction pooling (1.21 does)"
+    );
+    let images = std::fs::read_to_string(repo().join("deploy/images.env")).expect("images.env");
+    let mut tags: Vec<(String, String)> = images
+        .lines()
+        .filter_map(|line| line.split_once("_PGBOUNCER_IMAGE="))
+        .map(|(kind, image)| (format!("deploy/images.env, {kind}"), image.to_owned()))
+        .collect();
+    assert_eq!(tags.len(), 2, "a PgBouncer image per engine kind");
+    let kustomized = k8s("kustomization.yaml")["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|image| image["name"] == "charges-pgbouncer")
+        .and_then(|image| image["newTag"].as_str())
+        .expect("the charges-pgbouncer image's newTag")
+        .to_owned();
+    tags.push((
+        "deploy/k8s/kustomization.yaml".into(),
+        format!("charges-pgbouncer:{kustomized}"),
+    ));
+    for (what, image) in tags {
+        assert_eq!(
+            image.rsplit_once(':').map(|(_, tag)| tag),
+            Some(version.as_str()),
+            "{what}: {image} is not tagged as the pinned PgBouncer \
+             (deploy/podman/pgbouncer-source.env)"
+        );
+    }
 }
 
 /// A Job's pod template is immutable: applying a new release with the old Job name

@@ -25,7 +25,8 @@ const POOLED_PREPARED: [&str; 2] = ["--db-pooler", "transaction-prepared"];
 enum Bouncer {
     /// Debian bookworm's 1.18, at its defaults: statements go unnamed.
     Debian,
-    /// 1.24 with `max_prepared_statements`: statements are prepared through it.
+    /// The pinned one the images ship, with `max_prepared_statements`: statements are
+    /// prepared through it.
     KeepsPreparedStatements,
 }
 
