@@ -4,6 +4,8 @@
 //! PgBouncer the images ship, which `make deps` also builds for the host from the
 //! source `deploy/podman/pgbouncer-source.env` pins, and which keeps prepared
 //! statements with `max_prepared_statements` (`--db-pooler transaction-prepared`).
+//! Also what any PgBouncer's admin console says about it ([`show_version`],
+//! [`assert_statements_stay_prepared`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -170,39 +172,83 @@ impl TestPgBouncer {
         SessionWatcher { stop, task }
     }
 
-    /// How many statements clients asked PgBouncer to parse for `db`, and how many
-    /// executions they bound, since it started (`SHOW STATS`, PgBouncer 1.21 and later):
-    /// clients that prepare their statements parse each once per connection.
-    pub async fn parses_and_binds(&self, db: &TestDb) -> (i64, i64) {
-        let url = format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port);
-        let client = crate::connect(&url).await;
-        let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");
-        let row = messages
-            .iter()
-            .find_map(|message| match message {
-                tokio_postgres::SimpleQueryMessage::Row(row)
-                    if row.get("database") == Some(db.name.as_str()) =>
-                {
-                    Some(row)
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no SHOW STATS row for {}", db.name));
-        let number = |column: &str| -> i64 {
-            row.get(column)
-                .and_then(|value| value.parse().ok())
-                .unwrap_or_else(|| panic!("SHOW STATS has no number in {column}"))
-        };
-        (
-            number("total_client_parse_count"),
-            number("total_bind_count"),
-        )
+    /// This PgBouncer's admin console.
+    pub fn console_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port)
     }
 
     /// PgBouncer's own log, for a failing test's message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
     }
+}
+
+/// `SHOW VERSION` on a PgBouncer's admin console (`console`: a URL of database
+/// `pgbouncer` as one of its `admin_users` or `stats_users`), e.g. `PgBouncer 1.24.1`.
+pub async fn show_version(console: &str) -> String {
+    let client = crate::connect(console).await;
+    let messages = client
+        .simple_query("SHOW VERSION")
+        .await
+        .expect("SHOW VERSION");
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("a SHOW VERSION row")
+}
+
+/// PgBouncer keeps its clients' prepared statements: while `charge` makes `charges`
+/// new charges (its argument counts them), the clients of `database` bind at least one
+/// statement per charge and parse at most a quarter as often, where unnamed statements
+/// would be parsed for every bind. Call it once the clients' connections are warm
+/// (each parses its statements once). `console` as for [`show_version`].
+pub async fn assert_statements_stay_prepared(
+    console: &str,
+    database: &str,
+    charges: usize,
+    mut charge: impl AsyncFnMut(usize),
+) {
+    let (parses_before, binds_before) = parses_and_binds(console, database).await;
+    for n in 0..charges {
+        charge(n).await;
+    }
+    let (parses_after, binds_after) = parses_and_binds(console, database).await;
+    let (parses, binds) = (parses_after - parses_before, binds_after - binds_before);
+    assert!(
+        binds >= charges as i64 && parses * 4 < binds,
+        "{charges} charges through PgBouncer: {parses} parses, {binds} binds \
+         (prepared statements are parsed once per connection, unnamed ones per bind)"
+    );
+}
+
+/// How many statements clients asked PgBouncer to parse for `database`, and how many
+/// executions they bound, since it started (`SHOW STATS`, PgBouncer 1.21 and later).
+async fn parses_and_binds(console: &str, database: &str) -> (i64, i64) {
+    let client = crate::connect(console).await;
+    let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");
+    let row = messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row)
+                if row.get("database") == Some(database) =>
+            {
+                Some(row)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no SHOW STATS row for {database}"));
+    let number = |column: &str| -> i64 {
+        row.get(column)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("SHOW STATS has no number in {column}"))
+    };
+    (
+        number("total_client_parse_count"),
+        number("total_bind_count"),
+    )
 }
 
 /// The most server sessions [`TestPgBouncer::watch_server_sessions`] saw.

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use charges_tests::manifests::{PgBouncerIni, documents, kustomization_entries, repo};
+use charges_tests::manifests::{
+    PgBouncerIni, documents, k8s_pgbouncer_ini, kustomization_entries, repo,
+};
 use charges_tests::pgbouncer::pinned_version;
 use serde_json::Value;
 
@@ -541,9 +543,8 @@ fn connection_budget_fits_max_connections() {
     let relay = k8s("relay-deployment.yaml");
     let job = k8s("migrate-job.yaml");
     for (what, manifest) in [("API", &api), ("relay", &relay)] {
-        assert_eq!(
-            container_env(manifest, "DB_POOLER").as_deref(),
-            Some("transaction"),
+        assert!(
+            container_env(manifest, "DB_POOLER").is_some_and(|mode| mode != "none"),
             "the {what} goes through the pooler"
         );
     }
@@ -557,11 +558,7 @@ fn connection_budget_fits_max_connections() {
         "the Job migrates directly"
     );
 
-    let ini = PgBouncerIni::parse(
-        k8s("pgbouncer-configmap.yaml")["data"]["pgbouncer.ini"]
-            .as_str()
-            .expect("pgbouncer.ini in the ConfigMap"),
-    );
+    let ini = k8s_pgbouncer_ini();
     assert_eq!(ini.settings["pool_mode"], "transaction");
     assert!(!ini.databases.is_empty(), "no [databases] entry");
     let per_pooler: u64 = ini
@@ -617,6 +614,44 @@ fn connection_budget_fits_max_connections() {
          {max_client_conn}); without it: {}",
         clients + direct
     );
+}
+
+/// The pooler path that ships is the fast one: the API and the relay run
+/// `--db-pooler transaction-prepared` in deploy/k8s and deploy/docker-compose.yml, and
+/// both PgBouncer configurations keep prepared statements (`max_prepared_statements`)
+/// in transaction pooling.
+#[test]
+fn the_pooled_binaries_keep_their_prepared_statements_through_the_shipped_pgbouncer() {
+    const MODE: &str = "transaction-prepared";
+    for file in ["api-deployment.yaml", "relay-deployment.yaml"] {
+        assert_eq!(
+            container_env(&k8s(file), "DB_POOLER").as_deref(),
+            Some(MODE),
+            "deploy/k8s/{file}"
+        );
+    }
+    let compose = &documents(&repo().join("deploy/docker-compose.yml"))[0];
+    for service in ["api", "relay"] {
+        assert_eq!(
+            compose["services"][service]["environment"]["DB_POOLER"], MODE,
+            "deploy/docker-compose.yml, {service}"
+        );
+    }
+    let compose_ini = PgBouncerIni::parse(
+        &std::fs::read_to_string(repo().join("deploy/compose/pgbouncer.ini"))
+            .expect("deploy/compose/pgbouncer.ini"),
+    );
+    for (what, ini) in [
+        ("deploy/k8s", k8s_pgbouncer_ini()),
+        ("deploy/compose", compose_ini),
+    ] {
+        assert_eq!(ini.settings["pool_mode"], "transaction", "{what}");
+        assert!(
+            ini.settings.contains_key("max_prepared_statements")
+                && ini.number("max_prepared_statements") > 0,
+            "{what}: PgBouncer keeps no prepared statements without max_prepared_statements"
+        );
+    }
 }
 
 /// Every PgBouncer image is the release deploy/podman/pgbouncer-source.env pins, and
