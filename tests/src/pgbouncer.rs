@@ -201,10 +201,12 @@ pub async fn show_version(console: &str) -> String {
 }
 
 /// PgBouncer keeps its clients' prepared statements: while `charge` makes `charges`
-/// new charges (its argument counts them), the clients of `database` bind at least one
-/// statement per charge and parse at most a quarter as often, where unnamed statements
-/// would be parsed for every bind. Call it once the clients' connections are warm
-/// (each parses its statements once). `console` as for [`show_version`].
+/// new charges (its argument counts them), the clients of `database` bind a prepared
+/// statement at least once per charge and parse one at most a quarter as often. PgBouncer
+/// counts only the named statements it keeps (none without `max_prepared_statements`,
+/// and no unnamed ones), and a client that keeps its statements parses each once per
+/// connection: call this once the clients' connections are warm. `console` as for
+/// [`show_version`].
 pub async fn assert_statements_stay_prepared(
     console: &str,
     database: &str,
@@ -219,13 +221,15 @@ pub async fn assert_statements_stay_prepared(
     let (parses, binds) = (parses_after - parses_before, binds_after - binds_before);
     assert!(
         binds >= charges as i64 && parses * 4 < binds,
-        "{charges} charges through PgBouncer: {parses} parses, {binds} binds \
-         (prepared statements are parsed once per connection, unnamed ones per bind)"
+        "{charges} charges through PgBouncer: {parses} parses and {binds} binds of \
+         prepared statements, where each charge binds one and each connection parses \
+         its statements once"
     );
 }
 
-/// How many statements clients asked PgBouncer to parse for `database`, and how many
-/// executions they bound, since it started (`SHOW STATS`, PgBouncer 1.21 and later).
+/// How many prepared statements clients asked PgBouncer to parse for `database`, and
+/// how many executions of them they bound, since it started (`SHOW STATS`, PgBouncer
+/// 1.21 and later).
 async fn parses_and_binds(console: &str, database: &str) -> (i64, i64) {
     let client = crate::connect(console).await;
     let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");

@@ -655,7 +655,7 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
         show_version(&console).await,
         format!("PgBouncer {}", pinned_version())
     );
-    assert_statements_stay_prepared(&console, &rendering.pooled_database, 32, async |_| {
+    assert_statements_stay_prepared(&console, &rendering.pooled_database, 64, async |_| {
         charge().await
     })
     .await;
