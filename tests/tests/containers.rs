@@ -512,10 +512,10 @@ fn probe_port(container: &Value, port: &Value) -> u64 {
     })
 }
 
-/// Every replica of every played Deployment runs and answers its `httpGet` probes;
-/// returns the pods' addresses on `network` by the command their container runs.
-async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, Vec<String>> {
-    let mut addresses: BTreeMap<String, Vec<String>> = BTreeMap::new();
+/// Every container of every replica of every played Deployment, by the name podman
+/// gives it, with its spec.
+fn played_containers(rendered: &[Value]) -> Vec<(String, &Value)> {
+    let mut played = Vec::new();
     for deployment in rendered.iter().filter(|d| d["kind"] == "Deployment") {
         let name = deployment["metadata"]["name"].as_str().expect("name");
         let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
@@ -528,45 +528,65 @@ async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, V
                     "{name}-pod-{replica}-{}",
                     container["name"].as_str().expect("name")
                 );
-                let state = cli(&["inspect", "--format", "{{.State.Status}}", &id]);
-                assert_eq!(state.trim(), "running", "{id}:\n{}", cli(&["logs", &id]));
-                let ip = cli(&[
-                    "inspect",
-                    "--format",
-                    &format!(
-                        "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
-                        network.name
-                    ),
-                    &id,
-                ]);
-                let ip = ip.trim();
-                for probe in ["readinessProbe", "livenessProbe"] {
-                    let get = &container[probe]["httpGet"];
-                    if get.is_null() {
-                        continue;
-                    }
-                    let port = probe_port(container, &get["port"]);
-                    let path = get["path"].as_str().expect("path");
-                    let url = format!("http://{ip}:{port}{path}");
-                    let http = reqwest::Client::new();
-                    let answered = poll_within(DEADLINE, async || {
-                        let response = http.get(&url).send().await.ok()?;
-                        (response.status() == 200).then_some(())
-                    })
-                    .await;
-                    assert!(
-                        answered.is_some(),
-                        "{id}: {probe} GET {url} never 200:\n{}",
-                        cli(&["logs", &id])
-                    );
-                }
-                let command = container["command"][0].as_str().unwrap_or_default();
-                addresses
-                    .entry(command.to_owned())
-                    .or_default()
-                    .push(ip.to_owned());
+                played.push((id, container));
             }
         }
+    }
+    played
+}
+
+/// Every replica of every played Deployment runs and answers its `httpGet` probes;
+/// returns the pods' addresses on `network` by the command their container runs. A
+/// container that exited at start (its database refused it) runs again once its restart
+/// policy restarted it.
+async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, Vec<String>> {
+    let mut addresses: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, container) in played_containers(rendered) {
+        let running = poll_within(DEADLINE, async || {
+            let state = cli(&["inspect", "--format", "{{.State.Status}}", &id]);
+            (state.trim() == "running").then_some(())
+        })
+        .await;
+        assert!(
+            running.is_some(),
+            "{id} never runs:\n{}",
+            cli(&["logs", &id])
+        );
+        let ip = cli(&[
+            "inspect",
+            "--format",
+            &format!(
+                "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+                network.name
+            ),
+            &id,
+        ]);
+        let ip = ip.trim();
+        for probe in ["readinessProbe", "livenessProbe"] {
+            let get = &container[probe]["httpGet"];
+            if get.is_null() {
+                continue;
+            }
+            let port = probe_port(container, &get["port"]);
+            let path = get["path"].as_str().expect("path");
+            let url = format!("http://{ip}:{port}{path}");
+            let http = reqwest::Client::new();
+            let answered = poll_within(DEADLINE, async || {
+                let response = http.get(&url).send().await.ok()?;
+                (response.status() == 200).then_some(())
+            })
+            .await;
+            assert!(
+                answered.is_some(),
+                "{id}: {probe} GET {url} never 200:\n{}",
+                cli(&["logs", &id])
+            );
+        }
+        let command = container["command"][0].as_str().unwrap_or_default();
+        addresses
+            .entry(command.to_owned())
+            .or_default()
+            .push(ip.to_owned());
     }
     addresses
 }
@@ -610,7 +630,17 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
     }
     let file_arg = file.to_str().expect("a UTF-8 path");
     cli(&["kube", "play", "--network", &network.name, file_arg]);
-    let pods = check_pods(&documents(&file), &network).await;
+    let rendered = documents(&file);
+    // podman 4.3 may start a container before the file of its secret volume is written
+    // (about one play in twenty here): PgBouncer then starts without its auth_file's
+    // users and refuses every login (`no such user`). It reads the file again on SIGHUP,
+    // once the play has written it; Kubernetes writes a volume before the container starts.
+    for (id, container) in played_containers(&rendered) {
+        if container["command"][0] == "pgbouncer" {
+            cli(&["kill", "--signal", "HUP", &id]);
+        }
+    }
+    let pods = check_pods(&rendered, &network).await;
 
     // They serve: the API takes a charge (with the API key of the mounted secret) and a
     // relay pod publishes its event.
