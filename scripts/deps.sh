@@ -117,16 +117,18 @@ fi
 
 # A PgBouncer that keeps prepared statements in transaction pooling (1.21 and later;
 # bookworm ships 1.18): the release deploy/podman/pgbouncer-source.env pins, built into
-# the cache once per machine (a minute) by the image's own recipe. tests/tests/pooler.rs
-# and make bench run it for --db-pooler transaction-prepared; nothing is installed
-# system-wide.
+# the cache by the image's own recipe, once per machine and recipe (a minute).
+# tests/tests/pooler.rs and make bench run it for --db-pooler transaction-prepared;
+# nothing is installed system-wide.
 source "$(dirname "$0")/../deploy/podman/pgbouncer-source.env"
+pgbouncer_build="$(dirname "$0")/../deploy/podman/pgbouncer-build.sh"
 pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$PGBOUNCER_VERSION"
-if [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
+if ! bash "$pgbouncer_build" --built "$pgbouncer_prepared_dir"; then
   echo "deps: building PgBouncer $PGBOUNCER_VERSION into $pgbouncer_prepared_dir"
   [ -f /usr/include/event2/event.h ] || apt_install libevent-dev
+  [ -f /usr/include/ares.h ] || apt_install libc-ares-dev
   command -v make >/dev/null 2>&1 || apt_install make
-  bash "$(dirname "$0")/../deploy/podman/pgbouncer-build.sh" "$pgbouncer_prepared_dir" >/dev/null
+  bash "$pgbouncer_build" "$pgbouncer_prepared_dir" >/dev/null
 fi
 
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
