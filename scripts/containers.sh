@@ -84,16 +84,6 @@ deps() {
   images
 }
 
-# The Debian mirror apt already uses (debootstrap fetches the base system from it).
-apt_mirror() {
-  local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
-  local existing=()
-  for file in "${files[@]}"; do [ -f "$file" ] && existing+=("$file"); done
-  [ ${#existing[@]} -gt 0 ] || return 0
-  sed -nE 's/^URIs: *([^ ]+).*/\1/p; s/^deb +(\[[^]]*\] +)?([^ ]+).*/\2/p' "${existing[@]}" \
-    | awk '!/security/ && /\/debian\/?$/ { print; exit }'
-}
-
 # recipe_hash FILE...: what a locally built image is labelled with; a change rebuilds it.
 recipe_hash() {
   cat "$@" | sha256sum | cut -c 1-16
@@ -135,8 +125,8 @@ images() {
   recipe="bookworm-minbase-2"
   if [ "$(built_recipe "$base")" != "$recipe" ]; then
     local mirror dir
-    mirror="$(apt_mirror)"
-    [ -n "$mirror" ] || { echo "containers: no Debian mirror in apt's sources" >&2; exit 1; }
+    # The Debian mirror apt already uses.
+    mirror="$(bash "$root/deploy/podman/apt-mirror.sh")"
     dir="$(mktemp -d)"
     echo "containers: building $base (debootstrap --variant=minbase bookworm, under a minute)"
     debootstrap --variant=minbase bookworm "$dir" "$mirror" >"$dir.log" 2>&1 \
@@ -155,7 +145,10 @@ images() {
   [ -x "$tansu" ] || { echo "containers: tansu is missing (make deps installs it)" >&2; exit 1; }
   build_local "$(image BROKER)" "$root/deploy/podman/tansu.Containerfile" \
     "$tansu" "$root/deploy/podman/tansu-entrypoint.sh"
-  build_local "$(image PGBOUNCER)" "$root/deploy/podman/pgbouncer.Containerfile"
+  # Compiled in the build from the pinned source (a minute or two, once per recipe).
+  build_local "$(image PGBOUNCER)" "$root/deploy/podman/pgbouncer.Containerfile" \
+    "$root/deploy/podman/pgbouncer-source.env" "$root/deploy/podman/pgbouncer-build.sh" \
+    "$root/deploy/podman/apt-mirror.sh"
 }
 
 # The application image. podman: the runtime stage on the local base, with the binaries of

@@ -8,7 +8,7 @@
 #   full   (the default) everything `make test` needs: `build`, plus the Python tools,
 #          cargo-nextest, tansu, promtool and the container engine with its images.
 #   ha     `build` plus the failover manager of `make chaos` and `make ha-demo`: etcd
-#          (Debian's etcd-server) and Patroni (PyPI). Checked on every call, like build.
+#          (Debian's etcd-server) and Patroni (pip). Checked on every call, like build.
 #
 # The full check (apt, pip, rustup, cargo install) runs once per machine and version of
 # this script: a stamp under ~/.cache remembers it. Later calls (every `make test`) only
@@ -116,26 +116,19 @@ if [ ! -x "$promtool_dir/usr/bin/promtool" ]; then
 fi
 
 # A PgBouncer that keeps prepared statements in transaction pooling (1.21 and later;
-# bookworm ships 1.18): Debian trixie's source, pinned by its checksum, built into the
-# cache once per machine (seconds). tests/tests/pooler.rs and make bench run it for
-# --db-pooler transaction-prepared; nothing is installed system-wide.
-pgbouncer_prepared_version=1.24.1
-pgbouncer_prepared_sha256=da72a3aba13072876d055a3e58dd4aba4a5de4ed6148e73033185245598fd3e0
-pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$pgbouncer_prepared_version"
-if [ ! -x "$pgbouncer_prepared_dir/pgbouncer" ]; then
-  echo "deps: building PgBouncer $pgbouncer_prepared_version (Debian trixie's source) into $pgbouncer_prepared_dir"
+# bookworm ships 1.18): the release deploy/podman/pgbouncer-source.env pins, built into
+# the cache by the image's own recipe, once per machine and recipe (a minute).
+# tests/tests/pooler.rs and make bench run it for --db-pooler transaction-prepared;
+# nothing is installed system-wide.
+source "$(dirname "$0")/../deploy/podman/pgbouncer-source.env"
+pgbouncer_build="$(dirname "$0")/../deploy/podman/pgbouncer-build.sh"
+pgbouncer_prepared_dir="${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$PGBOUNCER_VERSION"
+if ! bash "$pgbouncer_build" --built "$pgbouncer_prepared_dir"; then
+  echo "deps: building PgBouncer $PGBOUNCER_VERSION into $pgbouncer_prepared_dir"
   [ -f /usr/include/event2/event.h ] || apt_install libevent-dev
+  [ -f /usr/include/ares.h ] || apt_install libc-ares-dev
   command -v make >/dev/null 2>&1 || apt_install make
-  build="$(mktemp -d)"
-  tarball="pgbouncer_$pgbouncer_prepared_version.orig.tar.gz"
-  curl -fsSL --retry 3 -o "$build/$tarball" "https://deb.debian.org/debian/pool/main/p/pgbouncer/$tarball"
-  echo "$pgbouncer_prepared_sha256  $build/$tarball" | sha256sum -c --quiet
-  tar -xzf "$build/$tarball" -C "$build"
-  (cd "$build/pgbouncer-$pgbouncer_prepared_version" && ./configure --without-cares >/dev/null && make -j2 >/dev/null)
-  mkdir -p "$pgbouncer_prepared_dir"
-  cp "$build/pgbouncer-$pgbouncer_prepared_version/pgbouncer" "$pgbouncer_prepared_dir/pgbouncer.partial"
-  mv "$pgbouncer_prepared_dir/pgbouncer.partial" "$pgbouncer_prepared_dir/pgbouncer"
-  rm -rf "$build"
+  bash "$pgbouncer_build" "$pgbouncer_prepared_dir" >/dev/null
 fi
 
 stamp="${XDG_CACHE_HOME:-$HOME/.cache}/charges-deps/$(sha256sum "$0" | cut -c 1-16)"
@@ -148,7 +141,8 @@ fi
 build_needs
 # The chaos and TLS tests start Postgres servers of their own and issue certificates.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
-# The pooler tests (tests/tests/pooler.rs) put Debian's PgBouncer in front of Postgres.
+# The pooler tests (tests/tests/pooler.rs) put Debian's PgBouncer (1.18) in front of
+# Postgres too.
 # Installing the package starts no daemon here; the tests run their own.
 command -v pgbouncer >/dev/null 2>&1 || need_apt+=(pgbouncer)
 # kubernetes-validate (below) checks deploy/k8s against the Kubernetes schemas in make test.
@@ -159,7 +153,7 @@ apt_install "${need_apt[@]}"
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy
 cargo nextest --version >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # A real Kafka-protocol broker for the relay's tests (tests/src/tansu.rs). Built from
-# crates.io once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
+# its source crate once per machine (10 to 25 minutes on 2 cores), kept in cargo's bin folder.
 command -v tansu >/dev/null 2>&1 || {
   echo "deps: building tansu (a Kafka-compatible broker; once per machine, 10 to 25 min)"
   cargo install --locked tansu --version 0.6.0 --features dynostore

@@ -7,15 +7,20 @@
 #   unnamed    --db-pooler transaction straight to Postgres: every statement sent
 #              unnamed, parsed and planned per execution; unnamed / direct is what the
 #              statement design costs without any pooler;
-#   pgbouncer  --db-pooler transaction through a PgBouncer the stage starts
-#              (Debian's 1.18, pool_mode = transaction, BENCH_PGBOUNCER_POOL server
-#              connections); target ≥ 0.85 of direct;
-#   prepared   --db-pooler transaction-prepared through the PgBouncer 1.24 `make deps`
-#              builds (the same settings and max_prepared_statements = 200):
-#              statements prepared through the pooler; target ≥ 0.85 of direct;
-#   prepared-local  the same PgBouncer reaching Postgres through the server's Unix
-#              socket, as a pooler on the database host does (the others, like a
-#              pooler of its own, over TCP); only when the server is on this machine;
+#   shipped    what deploy/ ships: --db-pooler transaction-prepared through the pinned
+#              PgBouncer (deploy/podman/pgbouncer-source.env; `make deps` builds it for
+#              the host) with the [pgbouncer] settings of deploy/k8s's pgbouncer.ini
+#              (pool_mode = transaction, max_prepared_statements, …) but where it
+#              listens, how it authenticates and TLS, and BENCH_PGBOUNCER_POOL server
+#              connections (the shipped pool is sized for a fleet): statements prepared
+#              through the pooler; target ≥ 0.85 of direct;
+#   shipped-local  the same PgBouncer and settings reaching Postgres through the
+#              server's Unix socket, as a pooler on the database host does (the others,
+#              like a pooler Deployment, over TCP); only when the server is on this machine;
+#   pgbouncer  --db-pooler transaction through Debian bookworm's PgBouncer 1.18, which
+#              keeps no prepared statements (pool_mode = transaction, BENCH_PGBOUNCER_POOL
+#              server connections, every other setting at its default): what a pooler
+#              without them costs;
 #   previous   only with BENCH_PREVIOUS_API=<charges-api binary of an earlier build>:
 #              that API, direct, with the same pool and workers; direct / previous says
 #              whether the direct path changed (target ≥ 0.95).
@@ -28,36 +33,42 @@ pooler_db=charges_bench_pooler
 
 stage_pooler() {
   local clients variant
-  command -v pgbouncer >/dev/null 2>&1 ||
-    { echo "bench: the pooler stage needs pgbouncer (apt-get install pgbouncer)" >&2; exit 2; }
   pooler_direct_url=$(new_database "$pooler_db")
   psql_on "$pooler_direct_url" \
     -c "ALTER DATABASE $pooler_db SET statement_timeout = '5s'" \
     -c "ALTER DATABASE $pooler_db SET idle_in_transaction_session_timeout = '10s'"
   pooler_variants=(direct)
-  for variant in ${BENCH_POOLER_VARIANTS:-unnamed pgbouncer prepared prepared-local previous}; do
+  for variant in ${BENCH_POOLER_VARIANTS:-shipped shipped-local pgbouncer unnamed previous}; do
     case "$variant" in
       direct) ;;
-      unnamed | pgbouncer | prepared | prepared-local) pooler_variants+=("${variant/-/_}") ;;
+      unnamed | pgbouncer | shipped | shipped-local) pooler_variants+=("${variant/-/_}") ;;
       previous) [ -z "${BENCH_PREVIOUS_API:-}" ] || pooler_variants+=(previous) ;;
-      *) echo "bench: no pooler variant $variant (direct unnamed pgbouncer prepared prepared-local previous)" >&2; exit 2 ;;
+      *) echo "bench: no pooler variant $variant (direct shipped shipped-local pgbouncer unnamed previous)" >&2; exit 2 ;;
     esac
   done
-  start_pgbouncer pgbouncer "" ""
-  pooler_pooled_url=$pgbouncer_url
-  if [[ " ${pooler_variants[*]} " == *" prepared"* ]]; then
-    [ -x "$pgbouncer_prepared" ] ||
-      { echo "bench: the prepared variants need $pgbouncer_prepared (make deps builds it)" >&2; exit 2; }
-    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200" ""
-    pooler_prepared_url=$pgbouncer_url
+  if [[ " ${pooler_variants[*]} " == *" pgbouncer "* ]]; then
+    command -v pgbouncer >/dev/null 2>&1 ||
+      { echo "bench: the pgbouncer variant needs Debian's pgbouncer (apt-get install pgbouncer)" >&2; exit 2; }
+    start_pgbouncer pgbouncer "" ""
+    pooler_pooled_url=$pgbouncer_url
   fi
-  if [[ " ${pooler_variants[*]} " == *" prepared_local "* ]]; then
+  local shipped_settings
+  shipped_settings=$(shipped_pgbouncer_settings)
+  if [[ " ${pooler_variants[*]} " == *" shipped "* ]]; then
+    [ -x "$pgbouncer_shipped" ] ||
+      { echo "bench: the shipped variants need $pgbouncer_shipped (make deps builds it)" >&2; exit 2; }
+    start_pgbouncer "$pgbouncer_shipped" "$shipped_settings" ""
+    pooler_shipped_url=$pgbouncer_url
+  fi
+  if [[ " ${pooler_variants[*]} " == *" shipped_local "* ]]; then
     local socket_dir
+    [ -x "$pgbouncer_shipped" ] ||
+      { echo "bench: the shipped variants need $pgbouncer_shipped (make deps builds it)" >&2; exit 2; }
     socket_dir=$(psql_on "$server_url" -tAc "SHOW unix_socket_directories" | cut -d, -f1)
     [ -S "$socket_dir/.s.PGSQL.$(psql_on "$server_url" -tAc "SHOW port")" ] ||
-      { echo "bench: prepared-local needs the server's Unix socket on this machine ($socket_dir)" >&2; exit 2; }
-    start_pgbouncer "$pgbouncer_prepared" "max_prepared_statements = 200" "$socket_dir"
-    pooler_prepared_local_url=$pgbouncer_url
+      { echo "bench: shipped-local needs the server's Unix socket on this machine ($socket_dir)" >&2; exit 2; }
+    start_pgbouncer "$pgbouncer_shipped" "$shipped_settings" "$socket_dir"
+    pooler_shipped_local_url=$pgbouncer_url
   fi
   section "new charges through PgBouncer vs direct (target ≥ 0.85)"
   for clients in 8 32; do
@@ -67,10 +78,30 @@ stage_pooler() {
   rm -rf "${pgbouncer_dirs[@]}"
 }
 
-# The PgBouncer that keeps prepared statements (scripts/deps.sh builds it).
-pgbouncer_prepared="${PGBOUNCER_PREPARED:-${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-1.24.1/pgbouncer}"
+# The PgBouncer deploy/ ships: the pinned release, which scripts/deps.sh builds for the
+# host with the image's recipe.
+source deploy/podman/pgbouncer-source.env
+pgbouncer_shipped="${PGBOUNCER_PREPARED:-${XDG_CACHE_HOME:-$HOME/.cache}/charges-tools/pgbouncer-$PGBOUNCER_VERSION/pgbouncer}"
 pgbouncer_pids=()
 pgbouncer_dirs=()
+
+# shipped_pgbouncer_settings: the [pgbouncer] settings of deploy/k8s's pgbouncer.ini (the
+# ConfigMap's block), one `key = value` a line, but those start_pgbouncer sets for
+# this machine: where PgBouncer listens, how clients authenticate, TLS.
+shipped_pgbouncer_settings() {
+  local settings
+  settings=$(awk '
+    /^  pgbouncer\.ini: \|/ { inside = 1; next }
+    inside && !/^    / && !/^[ \t]*$/ { inside = 0 }
+    !inside { next }
+    { sub(/^    /, "") }
+    /^\[/ { section = $0; next }
+    section == "[pgbouncer]" && /^[a-z_]+[ \t]*=/ && !/^(listen_|unix_socket_dir|auth_|server_tls_|client_tls_)/
+  ' deploy/k8s/pgbouncer-configmap.yaml)
+  grep -q '^max_prepared_statements' <<<"$settings" ||
+    { echo "bench: deploy/k8s/pgbouncer-configmap.yaml's pgbouncer.ini has no max_prepared_statements" >&2; exit 2; }
+  echo "$settings"
+}
 
 # start_pgbouncer BINARY EXTRA_SETTING SOCKET_DIR: PgBouncer on a free port in front of
 # the server (through its Unix socket in SOCKET_DIR, else over TCP), every setting at its
@@ -117,7 +148,7 @@ INI
 # table rows and one record.
 pooler_clients() {
   local clients=$1 round offset i n=${#pooler_variants[@]} variant errors=0
-  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_prepared=() runs_prepared_local=()
+  local runs_direct=() runs_unnamed=() runs_pgbouncer=() runs_shipped=() runs_shipped_local=()
   local runs_previous=()
   for round in $(seq 1 "$rounds"); do
     offset=$(( (round - 1) % n ))
@@ -127,26 +158,26 @@ pooler_clients() {
       pooler_run "$variant" "$clients"
     done
   done
-  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_prepared rps_prepared_local rps_previous
-  local p50_direct p50_unnamed p50_pgbouncer p50_prepared p50_prepared_local p50_previous
-  local p99_direct p99_unnamed p99_pgbouncer p99_prepared p99_prepared_local p99_previous
+  local fields=() r rps_direct rps_unnamed rps_pgbouncer rps_shipped rps_shipped_local rps_previous
+  local p50_direct p50_unnamed p50_pgbouncer p50_shipped p50_shipped_local p50_previous
+  local p99_direct p99_unnamed p99_pgbouncer p99_shipped p99_shipped_local p99_previous
   for variant in "${pooler_variants[@]}"; do
     pooler_median "$variant"
   done
+  if [ ${#runs_shipped[@]} -gt 0 ]; then
+    r=$(ratio "$rps_shipped" "$rps_direct")
+    row "shipped: PgBouncer $PGBOUNCER_VERSION, transaction-prepared c=$clients|$rps_shipped req/s p50 ${p50_shipped}ms p99 ${p99_shipped}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
+    fields+=(shipped_ratio_to_direct="$r" target=0.85)
+  fi
+  if [ ${#runs_shipped_local[@]} -gt 0 ]; then
+    r=$(ratio "$rps_shipped_local" "$rps_direct")
+    row "  shipped, Unix socket to Postgres c=$clients|$rps_shipped_local req/s p50 ${p50_shipped_local}ms p99 ${p99_shipped_local}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
+    fields+=(shipped_local_ratio_to_direct="$r")
+  fi
   if [ ${#runs_pgbouncer[@]} -gt 0 ]; then
     r=$(ratio "$rps_pgbouncer" "$rps_direct")
-    row "PgBouncer c=$clients|$rps_pgbouncer req/s p50 ${p50_pgbouncer}ms p99 ${p99_pgbouncer}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
-    fields+=(ratio_to_direct="$r" target=0.85)
-  fi
-  if [ ${#runs_prepared[@]} -gt 0 ]; then
-    r=$(ratio "$rps_prepared" "$rps_direct")
-    row "PgBouncer 1.24, prepared c=$clients|$rps_prepared req/s p50 ${p50_prepared}ms p99 ${p99_prepared}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
-    fields+=(prepared_ratio_to_direct="$r")
-  fi
-  if [ ${#runs_prepared_local[@]} -gt 0 ]; then
-    r=$(ratio "$rps_prepared_local" "$rps_direct")
-    row "PgBouncer 1.24, prepared, Unix socket to Postgres c=$clients|$rps_prepared_local req/s p50 ${p50_prepared_local}ms p99 ${p99_prepared_local}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r $(verdict "$r" 0.85)"
-    fields+=(prepared_local_ratio_to_direct="$r")
+    row "  PgBouncer 1.18 (Debian), unnamed c=$clients|$rps_pgbouncer req/s p50 ${p50_pgbouncer}ms p99 ${p99_pgbouncer}ms|direct $rps_direct req/s p99 ${p99_direct}ms|$r"
+    fields+=(ratio_to_direct="$r")
   fi
   if [ ${#runs_unnamed[@]} -gt 0 ]; then
     r=$(ratio "$rps_unnamed" "$rps_direct")
@@ -155,7 +186,7 @@ pooler_clients() {
   fi
   if [ ${#runs_pgbouncer[@]} -gt 0 ] && [ ${#runs_unnamed[@]} -gt 0 ]; then
     r=$(ratio "$rps_pgbouncer" "$rps_unnamed")
-    row "  PgBouncer vs unnamed direct c=$clients|$rps_pgbouncer req/s|unnamed $rps_unnamed req/s|$r"
+    row "  PgBouncer 1.18 vs unnamed direct c=$clients|$rps_pgbouncer req/s|unnamed $rps_unnamed req/s|$r"
     fields+=(ratio_to_unnamed="$r")
   fi
   if [ ${#runs_previous[@]} -gt 0 ]; then
@@ -190,8 +221,8 @@ pooler_run() {
     direct) start_api "$pooler_direct_url" --db-pooler none ;;
     unnamed) start_api "$pooler_direct_url" --db-pooler transaction ;;
     pgbouncer) start_api "$pooler_pooled_url" --db-pooler transaction ;;
-    prepared) start_api "$pooler_prepared_url" --db-pooler transaction-prepared ;;
-    prepared_local) start_api "$pooler_prepared_local_url" --db-pooler transaction-prepared ;;
+    shipped) start_api "$pooler_shipped_url" --db-pooler transaction-prepared ;;
+    shipped_local) start_api "$pooler_shipped_local_url" --db-pooler transaction-prepared ;;
     previous) start_api_binary "$BENCH_PREVIOUS_API" "$pooler_direct_url" ;;
   esac
   into+=("$(run_wrk "$clients" scripts/bench/new_charges.lua)")

@@ -54,6 +54,20 @@ pub fn deployments_running(binary: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The ini of deploy/k8s's PgBouncer ConfigMap.
+pub fn k8s_pgbouncer_ini() -> PgBouncerIni {
+    kustomization_entries(&repo().join("deploy/k8s"))
+        .iter()
+        .flat_map(|path| documents(path))
+        .filter(|doc| doc["kind"] == "ConfigMap")
+        .find_map(|doc| {
+            doc["data"]["pgbouncer.ini"]
+                .as_str()
+                .map(PgBouncerIni::parse)
+        })
+        .expect("a ConfigMap with pgbouncer.ini")
+}
+
 /// A PgBouncer ini file (`deploy/k8s/pgbouncer-configmap.yaml`, `deploy/compose/`): its
 /// `[pgbouncer]` settings, and its `[databases]` entries with their connection strings
 /// split into `key=value` pairs.

@@ -1,7 +1,7 @@
 //! A Patroni cluster of the test's own: one etcd (Debian's `etcd-server`) and two
-//! Patroni nodes (PyPI `patroni`), each managing a PostgreSQL server, everything on free
-//! loopback ports under a temporary folder, with `synchronous_mode: true`. `make ha-deps`
-//! installs both.
+//! Patroni nodes (`patroni`, installed with pip), each managing a PostgreSQL server,
+//! everything on free loopback ports under a temporary folder, with `synchronous_mode:
+//! true`. `make ha-deps` installs both.
 //!
 //! Patroni runs as the `postgres` user when the tests run as root (Postgres refuses
 //! root), which is why it lives in a virtualenv outside `/root` ([`PATRONI`]). The

@@ -1,9 +1,11 @@
 //! A real PgBouncer (Debian's package, 1.18: no protocol-level prepared statements) in
 //! transaction pooling in front of the test server, started per test on a free port,
 //! with every setting at its default but the pool size. Stopped when dropped. Or the
-//! PgBouncer `make deps` builds from Debian trixie's source (1.24), which keeps
-//! prepared statements with `max_prepared_statements` (`--db-pooler
-//! transaction-prepared`).
+//! PgBouncer the images ship, which `make deps` also builds for the host from the
+//! source `deploy/podman/pgbouncer-source.env` pins, and which keeps prepared
+//! statements with `max_prepared_statements` (`--db-pooler transaction-prepared`).
+//! Also what any PgBouncer's admin console says about it ([`show_version`],
+//! [`assert_statements_stay_prepared`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +28,7 @@ pub struct PgBouncerSettings {
     pub pool_mode: &'static str,
     /// Server connections per database and user.
     pub default_pool_size: u32,
-    /// PgBouncer 1.24 with `max_prepared_statements = 200` instead of Debian's 1.18.
+    /// The pinned PgBouncer with `max_prepared_statements = 200` instead of Debian's 1.18.
     pub keeps_prepared_statements: bool,
 }
 
@@ -40,8 +42,19 @@ impl Default for PgBouncerSettings {
     }
 }
 
+/// The version of PgBouncer `deploy/podman/pgbouncer-source.env` pins: the images'.
+pub fn pinned_version() -> String {
+    let path = crate::manifests::repo().join("deploy/podman/pgbouncer-source.env");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .find_map(|line| line.strip_prefix("PGBOUNCER_VERSION="))
+        .unwrap_or_else(|| panic!("{} has no PGBOUNCER_VERSION=", path.display()))
+        .to_owned()
+}
+
 /// The PgBouncer that keeps prepared statements: `$PGBOUNCER_PREPARED`, else where
-/// `make deps` (scripts/deps.sh) builds it.
+/// `make deps` (scripts/deps.sh) builds the pinned version.
 pub fn prepared_statements_pgbouncer() -> PathBuf {
     if let Some(path) = std::env::var_os("PGBOUNCER_PREPARED") {
         return PathBuf::from(path);
@@ -51,7 +64,9 @@ pub fn prepared_statements_pgbouncer() -> PathBuf {
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
         });
-    cache.join("charges-tools/pgbouncer-1.24.1/pgbouncer")
+    cache
+        .join(format!("charges-tools/pgbouncer-{}", pinned_version()))
+        .join("pgbouncer")
 }
 
 impl TestPgBouncer {
@@ -157,39 +172,87 @@ impl TestPgBouncer {
         SessionWatcher { stop, task }
     }
 
-    /// How many statements clients asked PgBouncer to parse for `db`, and how many
-    /// executions they bound, since it started (`SHOW STATS`, PgBouncer 1.21 and later):
-    /// clients that prepare their statements parse each once per connection.
-    pub async fn parses_and_binds(&self, db: &TestDb) -> (i64, i64) {
-        let url = format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port);
-        let client = crate::connect(&url).await;
-        let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");
-        let row = messages
-            .iter()
-            .find_map(|message| match message {
-                tokio_postgres::SimpleQueryMessage::Row(row)
-                    if row.get("database") == Some(db.name.as_str()) =>
-                {
-                    Some(row)
-                }
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no SHOW STATS row for {}", db.name));
-        let number = |column: &str| -> i64 {
-            row.get(column)
-                .and_then(|value| value.parse().ok())
-                .unwrap_or_else(|| panic!("SHOW STATS has no number in {column}"))
-        };
-        (
-            number("total_client_parse_count"),
-            number("total_bind_count"),
-        )
+    /// This PgBouncer's admin console.
+    pub fn console_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/pgbouncer", self.port)
     }
 
     /// PgBouncer's own log, for a failing test's message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
     }
+}
+
+/// `SHOW VERSION` on a PgBouncer's admin console (`console`: a URL of database
+/// `pgbouncer` as one of its `admin_users` or `stats_users`), e.g. `PgBouncer 1.24.1`.
+pub async fn show_version(console: &str) -> String {
+    let client = crate::connect(console).await;
+    let messages = client
+        .simple_query("SHOW VERSION")
+        .await
+        .expect("SHOW VERSION");
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("a SHOW VERSION row")
+}
+
+/// PgBouncer keeps its clients' prepared statements: while `charge` makes `charges`
+/// new charges (its argument counts them), the clients of `database` bind a prepared
+/// statement at least once per charge and parse one at most a quarter as often. PgBouncer
+/// counts only the named statements it keeps (none without `max_prepared_statements`,
+/// and no unnamed ones), and a client that keeps its statements parses each once per
+/// connection: call this once the clients' connections are warm. `console` as for
+/// [`show_version`].
+pub async fn assert_statements_stay_prepared(
+    console: &str,
+    database: &str,
+    charges: usize,
+    mut charge: impl AsyncFnMut(usize),
+) {
+    let (parses_before, binds_before) = parses_and_binds(console, database).await;
+    for n in 0..charges {
+        charge(n).await;
+    }
+    let (parses_after, binds_after) = parses_and_binds(console, database).await;
+    let (parses, binds) = (parses_after - parses_before, binds_after - binds_before);
+    assert!(
+        binds >= charges as i64 && parses * 4 < binds,
+        "{charges} charges through PgBouncer: {parses} parses and {binds} binds of \
+         prepared statements, where each charge binds one and each connection parses \
+         its statements once"
+    );
+}
+
+/// How many prepared statements clients asked PgBouncer to parse for `database`, and
+/// how many executions of them they bound, since it started (`SHOW STATS`, PgBouncer
+/// 1.21 and later).
+async fn parses_and_binds(console: &str, database: &str) -> (i64, i64) {
+    let client = crate::connect(console).await;
+    let messages = client.simple_query("SHOW STATS").await.expect("SHOW STATS");
+    let row = messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row)
+                if row.get("database") == Some(database) =>
+            {
+                Some(row)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no SHOW STATS row for {database}"));
+    let number = |column: &str| -> i64 {
+        row.get(column)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("SHOW STATS has no number in {column}"))
+    };
+    (
+        number("total_client_parse_count"),
+        number("total_bind_count"),
+    )
 }
 
 /// The most server sessions [`TestPgBouncer::watch_server_sessions`] saw.

@@ -13,9 +13,11 @@ use charges_tests::containers::{
     start_on, wait_for_200,
 };
 use charges_tests::manifests::{
-    PgBouncerIni, deployments_running, documents, kustomization_entries, repo,
+    deployments_running, documents, k8s_pgbouncer_ini, kustomization_entries, repo,
 };
-use charges_tests::pgbouncer::bound_server_sessions;
+use charges_tests::pgbouncer::{
+    assert_statements_stay_prepared, bound_server_sessions, pinned_version, show_version,
+};
 use charges_tests::{DEADLINE, TestDb, new_key, poll_until, poll_within};
 use serde_json::{Value, json};
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
@@ -213,7 +215,7 @@ impl<'a> Rendering<'a> {
         let [pgbouncer] = &deployments_running("pgbouncer")[..] else {
             panic!("deploy/k8s has not one PgBouncer Deployment");
         };
-        let ini = pgbouncer_ini();
+        let ini = k8s_pgbouncer_ini();
         let pooled_database = ini.databases.keys().next().expect("a [databases] entry");
         let server: tokio_postgres::Config = s.inside_url.parse().expect("the inside URL");
         Rendering {
@@ -230,7 +232,7 @@ impl<'a> Rendering<'a> {
         }
     }
 
-    /// The URL a container with `DB_POOLER=transaction` gets: PgBouncer's.
+    /// The URL a container with a pooled `DB_POOLER` gets: PgBouncer's.
     fn pooled_url(&self) -> String {
         format!(
             "postgres://{}:{}@{}:5432/{}",
@@ -238,9 +240,18 @@ impl<'a> Rendering<'a> {
         )
     }
 
+    /// PgBouncer's admin console on the pod at `address`, as the test user.
+    fn console_url(&self, address: &str) -> String {
+        format!(
+            "postgres://{}:{}@{address}:5432/pgbouncer",
+            self.user, self.password
+        )
+    }
+
     /// PgBouncer's ini with the test's Postgres behind it, without TLS (the test's
     /// Postgres has none): each `[databases]` entry's host and dbname replaced, the
-    /// `server_tls_*` settings commented out.
+    /// `server_tls_*` settings commented out; and the test user among `stats_users`, so
+    /// that it can read the admin console.
     fn pgbouncer_ini(&self, ini: &str) -> String {
         let server: tokio_postgres::Config = self.s.inside_url.parse().expect("inside URL");
         let host = match server.get_hosts().first() {
@@ -254,6 +265,11 @@ impl<'a> Rendering<'a> {
             let trimmed = line.trim();
             if trimmed.starts_with('[') {
                 section = trimmed;
+                if section == "[pgbouncer]" {
+                    lines.push(line.to_owned());
+                    lines.push(format!("stats_users = {}", self.user));
+                    continue;
+                }
             } else if trimmed.starts_with("server_tls_") {
                 lines.push(format!("; {line}"));
                 continue;
@@ -276,20 +292,6 @@ impl<'a> Rendering<'a> {
         }
         lines.join("\n") + "\n"
     }
-}
-
-/// The ini of deploy/k8s's PgBouncer ConfigMap.
-fn pgbouncer_ini() -> PgBouncerIni {
-    kustomization_entries(&repo().join("deploy/k8s"))
-        .iter()
-        .flat_map(|path| documents(path))
-        .filter(|doc| doc["kind"] == "ConfigMap")
-        .find_map(|doc| {
-            doc["data"]["pgbouncer.ini"]
-                .as_str()
-                .map(PgBouncerIni::parse)
-        })
-        .expect("a ConfigMap with pgbouncer.ini")
 }
 
 /// deploy/k8s as podman 4.3 can play it: the ConfigMaps (broker and topic replaced by
@@ -399,9 +401,13 @@ fn render_deployment(doc: &mut Value, r: &Rendering, secrets: &mut BTreeMap<Stri
 /// The database URLs a container reads from Secrets.
 fn secret_urls(container: &Value, r: &Rendering, secrets: &mut BTreeMap<String, Secret>) {
     let env = container["env"].as_array().cloned().unwrap_or_default();
-    let pooled = env
-        .iter()
-        .any(|e| e["name"] == "DB_POOLER" && e["value"] == "transaction");
+    let pooled = env.iter().any(|e| {
+        e["name"] == "DB_POOLER"
+            && matches!(
+                e["value"].as_str(),
+                Some("transaction" | "transaction-prepared")
+            )
+    });
     for variable in &env {
         let Some(reference) = variable["valueFrom"]["secretKeyRef"].as_object() else {
             continue;
@@ -506,10 +512,10 @@ fn probe_port(container: &Value, port: &Value) -> u64 {
     })
 }
 
-/// Every replica of every played Deployment runs and answers its `httpGet` probes;
-/// returns the pods' addresses on `network` by the command their container runs.
-async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, Vec<String>> {
-    let mut addresses: BTreeMap<String, Vec<String>> = BTreeMap::new();
+/// Every container of every replica of every played Deployment, by the name podman
+/// gives it, with its spec.
+fn played_containers(rendered: &[Value]) -> Vec<(String, &Value)> {
+    let mut played = Vec::new();
     for deployment in rendered.iter().filter(|d| d["kind"] == "Deployment") {
         let name = deployment["metadata"]["name"].as_str().expect("name");
         let replicas = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
@@ -522,45 +528,65 @@ async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, V
                     "{name}-pod-{replica}-{}",
                     container["name"].as_str().expect("name")
                 );
-                let state = cli(&["inspect", "--format", "{{.State.Status}}", &id]);
-                assert_eq!(state.trim(), "running", "{id}:\n{}", cli(&["logs", &id]));
-                let ip = cli(&[
-                    "inspect",
-                    "--format",
-                    &format!(
-                        "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
-                        network.name
-                    ),
-                    &id,
-                ]);
-                let ip = ip.trim();
-                for probe in ["readinessProbe", "livenessProbe"] {
-                    let get = &container[probe]["httpGet"];
-                    if get.is_null() {
-                        continue;
-                    }
-                    let port = probe_port(container, &get["port"]);
-                    let path = get["path"].as_str().expect("path");
-                    let url = format!("http://{ip}:{port}{path}");
-                    let http = reqwest::Client::new();
-                    let answered = poll_within(DEADLINE, async || {
-                        let response = http.get(&url).send().await.ok()?;
-                        (response.status() == 200).then_some(())
-                    })
-                    .await;
-                    assert!(
-                        answered.is_some(),
-                        "{id}: {probe} GET {url} never 200:\n{}",
-                        cli(&["logs", &id])
-                    );
-                }
-                let command = container["command"][0].as_str().unwrap_or_default();
-                addresses
-                    .entry(command.to_owned())
-                    .or_default()
-                    .push(ip.to_owned());
+                played.push((id, container));
             }
         }
+    }
+    played
+}
+
+/// Every replica of every played Deployment runs and answers its `httpGet` probes;
+/// returns the pods' addresses on `network` by the command their container runs. A
+/// container that exited at start (its database refused it) runs again once its restart
+/// policy restarted it.
+async fn check_pods(rendered: &[Value], network: &Network) -> BTreeMap<String, Vec<String>> {
+    let mut addresses: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, container) in played_containers(rendered) {
+        let running = poll_within(DEADLINE, async || {
+            let state = cli(&["inspect", "--format", "{{.State.Status}}", &id]);
+            (state.trim() == "running").then_some(())
+        })
+        .await;
+        assert!(
+            running.is_some(),
+            "{id} never runs:\n{}",
+            cli(&["logs", &id])
+        );
+        let ip = cli(&[
+            "inspect",
+            "--format",
+            &format!(
+                "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+                network.name
+            ),
+            &id,
+        ]);
+        let ip = ip.trim();
+        for probe in ["readinessProbe", "livenessProbe"] {
+            let get = &container[probe]["httpGet"];
+            if get.is_null() {
+                continue;
+            }
+            let port = probe_port(container, &get["port"]);
+            let path = get["path"].as_str().expect("path");
+            let url = format!("http://{ip}:{port}{path}");
+            let http = reqwest::Client::new();
+            let answered = poll_within(DEADLINE, async || {
+                let response = http.get(&url).send().await.ok()?;
+                (response.status() == 200).then_some(())
+            })
+            .await;
+            assert!(
+                answered.is_some(),
+                "{id}: {probe} GET {url} never 200:\n{}",
+                cli(&["logs", &id])
+            );
+        }
+        let command = container["command"][0].as_str().unwrap_or_default();
+        addresses
+            .entry(command.to_owned())
+            .or_default()
+            .push(ip.to_owned());
     }
     addresses
 }
@@ -604,22 +630,35 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
     }
     let file_arg = file.to_str().expect("a UTF-8 path");
     cli(&["kube", "play", "--network", &network.name, file_arg]);
-    let pods = check_pods(&documents(&file), &network).await;
+    let rendered = documents(&file);
+    // podman 4.3 may start a container before the file of its secret volume is written
+    // (about one play in twenty here): PgBouncer then starts without its auth_file's
+    // users and refuses every login (`no such user`). It reads the file again on SIGHUP,
+    // once the play has written it; Kubernetes writes a volume before the container starts.
+    for (id, container) in played_containers(&rendered) {
+        if container["command"][0] == "pgbouncer" {
+            cli(&["kill", "--signal", "HUP", &id]);
+        }
+    }
+    let pods = check_pods(&rendered, &network).await;
 
     // They serve: the API takes a charge (with the API key of the mounted secret) and a
     // relay pod publishes its event.
     let api_url = format!("http://{}:8080", pods["charges-api"][0]);
-    let response = reqwest::Client::new()
-        .post(format!("{api_url}/charges"))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {}", rendering.api_key))
-        .header("idempotency-key", new_key())
-        .body(r#"{"amountCents":4900,"currency":"EUR"}"#)
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("POST /charges");
-    assert_eq!(response.status(), 201);
+    let charge = async || {
+        let response = reqwest::Client::new()
+            .post(format!("{api_url}/charges"))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", rendering.api_key))
+            .header("idempotency-key", new_key())
+            .body(r#"{"amountCents":4900,"currency":"EUR"}"#)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .expect("POST /charges");
+        assert_eq!(response.status(), 201);
+    };
+    charge().await;
     s.db.wait_for(
         "SELECT count(*) = 1 FROM outbox WHERE published_at IS NOT NULL",
         &[],
@@ -637,4 +676,17 @@ async fn the_k8s_deployments_start_pass_their_probes_and_serve_under_podman_kube
         relays.len() as i64,
         "one LISTEN session per relay"
     );
+
+    // The image's PgBouncer is the pinned release, and it keeps the binaries' prepared
+    // statements (transaction-prepared): more charges bind without parsing again. On
+    // the first pod, which the pooled URLs name.
+    let console = rendering.console_url(&pods["pgbouncer"][0]);
+    assert_eq!(
+        show_version(&console).await,
+        format!("PgBouncer {}", pinned_version())
+    );
+    assert_statements_stay_prepared(&console, &rendering.pooled_database, 64, async |_| {
+        charge().await
+    })
+    .await;
 }

@@ -8,7 +8,10 @@
 
 use std::collections::BTreeSet;
 
-use charges_tests::manifests::{PgBouncerIni, documents, kustomization_entries, repo};
+use charges_tests::manifests::{
+    PgBouncerIni, documents, k8s_pgbouncer_ini, kustomization_entries, repo,
+};
+use charges_tests::pgbouncer::pinned_version;
 use serde_json::Value;
 
 #[test]
@@ -96,7 +99,7 @@ fn probes_and_grace_periods_match_the_binaries() {
 }
 
 /// Every Kubernetes manifest in deploy/k8s validates against the Kubernetes API
-/// schemas (`kubernetes-validate --strict`, from PyPI; `make deps` installs it, with
+/// schemas (`kubernetes-validate --strict`, which `make deps` installs with pip, with
 /// its schemas, so this works offline). Unknown fields, wrong types and unknown kinds
 /// fail; kustomization.yaml is kustomize's, not a Kubernetes object, and is skipped.
 #[test]
@@ -540,9 +543,8 @@ fn connection_budget_fits_max_connections() {
     let relay = k8s("relay-deployment.yaml");
     let job = k8s("migrate-job.yaml");
     for (what, manifest) in [("API", &api), ("relay", &relay)] {
-        assert_eq!(
-            container_env(manifest, "DB_POOLER").as_deref(),
-            Some("transaction"),
+        assert!(
+            container_env(manifest, "DB_POOLER").is_some_and(|mode| mode != "none"),
             "the {what} goes through the pooler"
         );
     }
@@ -556,11 +558,7 @@ fn connection_budget_fits_max_connections() {
         "the Job migrates directly"
     );
 
-    let ini = PgBouncerIni::parse(
-        k8s("pgbouncer-configmap.yaml")["data"]["pgbouncer.ini"]
-            .as_str()
-            .expect("pgbouncer.ini in the ConfigMap"),
-    );
+    let ini = k8s_pgbouncer_ini();
     assert_eq!(ini.settings["pool_mode"], "transaction");
     assert!(!ini.databases.is_empty(), "no [databases] entry");
     let per_pooler: u64 = ini
@@ -616,6 +614,89 @@ fn connection_budget_fits_max_connections() {
          {max_client_conn}); without it: {}",
         clients + direct
     );
+}
+
+/// The pooler path that ships is the fast one: the API and the relay run
+/// `--db-pooler transaction-prepared` in deploy/k8s and deploy/docker-compose.yml, and
+/// both PgBouncer configurations keep prepared statements (`max_prepared_statements`)
+/// in transaction pooling.
+#[test]
+fn the_pooled_binaries_keep_their_prepared_statements_through_the_shipped_pgbouncer() {
+    const MODE: &str = "transaction-prepared";
+    for file in ["api-deployment.yaml", "relay-deployment.yaml"] {
+        assert_eq!(
+            container_env(&k8s(file), "DB_POOLER").as_deref(),
+            Some(MODE),
+            "deploy/k8s/{file}"
+        );
+    }
+    let compose = &documents(&repo().join("deploy/docker-compose.yml"))[0];
+    for service in ["api", "relay"] {
+        assert_eq!(
+            compose["services"][service]["environment"]["DB_POOLER"], MODE,
+            "deploy/docker-compose.yml, {service}"
+        );
+    }
+    let compose_ini = PgBouncerIni::parse(
+        &std::fs::read_to_string(repo().join("deploy/compose/pgbouncer.ini"))
+            .expect("deploy/compose/pgbouncer.ini"),
+    );
+    for (what, ini) in [
+        ("deploy/k8s", k8s_pgbouncer_ini()),
+        ("deploy/compose", compose_ini),
+    ] {
+        assert_eq!(ini.settings["pool_mode"], "transaction", "{what}");
+        assert!(
+            ini.settings.contains_key("max_prepared_statements")
+                && ini.number("max_prepared_statements") > 0,
+            "{what}: PgBouncer keeps no prepared statements without max_prepared_statements"
+        );
+    }
+}
+
+/// Every PgBouncer image is the release deploy/podman/pgbouncer-source.env pins, and
+/// that release keeps prepared statements in transaction pooling (1.21 and later):
+/// deploy/images.env's tags (deploy/docker-compose.yml's default is the docker one:
+/// docker_compose_services_and_settings_match_the_binaries) and deploy/k8s's image.
+/// containers.rs checks that the running image says so.
+#[test]
+fn every_pgbouncer_image_is_the_pinned_release() {
+    let version = pinned_version();
+    let release: Vec<u32> = version
+        .split('.')
+        .map(|part| part.parse().expect("a numeric version"))
+        .collect();
+    assert!(
+        release[..] >= [1, 21][..],
+        "PgBouncer {version} keeps no prepared statements in transaction pooling (1.21 does)"
+    );
+    let images = std::fs::read_to_string(repo().join("deploy/images.env")).expect("images.env");
+    let mut tags: Vec<(String, String)> = images
+        .lines()
+        .filter_map(|line| line.split_once("_PGBOUNCER_IMAGE="))
+        .map(|(kind, image)| (format!("deploy/images.env, {kind}"), image.to_owned()))
+        .collect();
+    assert_eq!(tags.len(), 2, "a PgBouncer image per engine kind");
+    let kustomized = k8s("kustomization.yaml")["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|image| image["name"] == "charges-pgbouncer")
+        .and_then(|image| image["newTag"].as_str())
+        .expect("the charges-pgbouncer image's newTag")
+        .to_owned();
+    tags.push((
+        "deploy/k8s/kustomization.yaml".into(),
+        format!("charges-pgbouncer:{kustomized}"),
+    ));
+    for (what, image) in tags {
+        assert_eq!(
+            image.rsplit_once(':').map(|(_, tag)| tag),
+            Some(version.as_str()),
+            "{what}: {image} is not tagged as the pinned PgBouncer \
+             (deploy/podman/pgbouncer-source.env)"
+        );
+    }
 }
 
 /// A Job's pod template is immutable: applying a new release with the old Job name

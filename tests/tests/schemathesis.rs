@@ -1,4 +1,4 @@
-//! schemathesis (property-based API testing, from PyPI; `make deps` installs it) runs
+//! schemathesis (property-based API testing, installed with pip by `make deps`) runs
 //! against the real `charges-api` with openapi.yaml: schema-valid and schema-invalid
 //! requests for every operation (examples, coverage, fuzzing, and stateful sequences
 //! that follow `Location` to the created charge), and every check it has: no 5xx,
