@@ -199,13 +199,19 @@ stage_ha() {
     ha_new_charges "$ref_url" "$ha_url" "$local_url" "$clients"
   done
   # Both databases hold the steady fill the new-charges runs left (steady, in ha_api_run).
-  for clients in 8 32; do
-    ha_replays "$ha_url" "$local_url" "$clients" 0
-  done
-  ha_replays "$ha_url" "$local_url" 32 10000
-  ha_relay "$ha_url"
-  ha_latency idle
-  ha_latency load
+  # BENCH_HA_PARTS chooses among the parts below (all by default).
+  local parts=" ${BENCH_HA_PARTS:-replays relay latency} "
+  if [[ $parts == *" replays "* ]]; then
+    for clients in 8 32; do
+      ha_replays "$ha_url" "$local_url" "$clients" 0
+    done
+    ha_replays "$ha_url" "$local_url" 32 10000
+  fi
+  [[ $parts != *" relay "* ]] || ha_relay "$ha_url"
+  if [[ $parts == *" latency "* ]]; then
+    ha_latency idle
+    ha_latency load
+  fi
   server_url=$main_server
   stop_ha_cluster
   trap cleanup EXIT INT TERM

@@ -162,3 +162,16 @@ impl Drop for SyncRepWatchdog {
         self.task.abort();
     }
 }
+
+/// A new charge answered 201 (retried through 503s), whose event on the server `url`
+/// points at is then published; returns the event's id.
+pub async fn charge_published(api: &TestApi, url: &str) -> Uuid {
+    let key = new_key();
+    assert_eq!(
+        charge_until_answered(api, &key).await.0,
+        StatusCode::CREATED
+    );
+    let event = event_of_key(url, &key).await.expect("its event");
+    wait_published(url, event).await;
+    event
+}

@@ -7,8 +7,8 @@
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::failover::{
-    SyncRepWatchdog, assert_acknowledged_kept, assert_topic_matches_outbox, charge_until_answered,
-    client_charges, event_of_key, wait_published, wait_until_all_published,
+    SyncRepWatchdog, assert_acknowledged_kept, assert_topic_matches_outbox, charge_published,
+    charge_until_answered, client_charges, event_of_key, wait_published, wait_until_all_published,
 };
 use charges_tests::kafka::{TestKafka, read_to_end};
 use charges_tests::metrics::{sample, scrape, scrape_until};
@@ -45,6 +45,38 @@ async fn cancel_the_synchronous_wait(db: &TestDb) {
         (cancelled > 0).then_some(())
     })
     .await;
+}
+
+/// The relay's gate rolled `batches` batches back and `event` is still pending, with no
+/// attempt used and not dead: held back, as during a broker outage.
+async fn assert_gate_holds(
+    api: &TestApi,
+    relay_metrics: &str,
+    db: &TestDb,
+    event: uuid::Uuid,
+    batches: f64,
+) {
+    scrape_until(
+        &api.http,
+        relay_metrics,
+        "the gate rolled batches back",
+        |page| sample(page, "charges_relay_standby_timeouts_total", &[]) >= batches,
+    )
+    .await;
+    let held = db
+        .client()
+        .query_one(
+            "SELECT published_at IS NULL AND attempts = 0 AND dead_at IS NULL
+               FROM outbox WHERE id = $1",
+            &[&event],
+        )
+        .await
+        .expect("the unreplicated row")
+        .get::<_, bool>(0);
+    assert!(
+        held,
+        "the gate published, counted or killed a row the standby lacks"
+    );
 }
 
 /// A primary whose commits wait for its standby `s1`, a test database on it, and the
@@ -110,26 +142,7 @@ async fn a_cancelled_synchronous_wait_is_never_acknowledged_nor_published_across
     );
     // The gate holds the row back while the standby is gone: a batch waits, rolls back,
     // and the row stays pending with no attempt used, as during a broker outage.
-    scrape_until(
-        &api.http,
-        &relay_metrics,
-        "the gate rolled a batch back",
-        |page| sample(page, "charges_relay_standby_timeouts_total", &[]) >= 1.0,
-    )
-    .await;
-    let held = db
-        .client()
-        .query_one(
-            "SELECT published_at IS NULL AND attempts = 0 AND dead_at IS NULL FROM outbox WHERE id = $1",
-            &[&ghost],
-        )
-        .await
-        .expect("the unreplicated row")
-        .get::<_, bool>(0);
-    assert!(
-        held,
-        "the gate published, counted or killed a row the standby lacks"
-    );
+    assert_gate_holds(&api, &relay_metrics, &db, ghost, 1.0).await;
 
     // The failover: the primary dies, the standby (which never got that commit) is
     // promoted and given a standby of its own, as a failover manager would.
@@ -177,15 +190,7 @@ async fn the_sync_gate_holds_a_commit_its_synchronous_standby_lacks_until_it_flu
         "500ms",
     ];
     let (mut relay, relay_metrics) = start_relay(&db, &kafka, &relay_args).await;
-    let replicated = new_key();
-    assert_eq!(
-        charge_until_answered(&api, &replicated).await.0,
-        StatusCode::CREATED
-    );
-    let replicated = event_of_key(&primary.url_of(&db), &replicated)
-        .await
-        .expect("its event");
-    wait_published(&primary.url_of(&db), replicated).await;
+    charge_published(&api, &primary.url_of(&db)).await;
 
     standby.stop();
     let key = new_key();
@@ -197,26 +202,7 @@ async fn the_sync_gate_holds_a_commit_its_synchronous_standby_lacks_until_it_flu
     let held = event_of_key(&primary.url_of(&db), &key)
         .await
         .expect("the commit the standby lacks");
-    scrape_until(
-        &api.http,
-        &relay_metrics,
-        "the gate rolled batches back",
-        |page| sample(page, "charges_relay_standby_timeouts_total", &[]) >= 2.0,
-    )
-    .await;
-    let pending = db
-        .client()
-        .query_one(
-            "SELECT published_at IS NULL AND attempts = 0 FROM outbox WHERE id = $1",
-            &[&held],
-        )
-        .await
-        .expect("the held row")
-        .get::<_, bool>(0);
-    assert!(
-        pending,
-        "the sync gate published or counted a row the standby lacks"
-    );
+    assert_gate_holds(&api, &relay_metrics, &db, held, 2.0).await;
 
     standby.start_server().await;
     wait_published(&primary.url_of(&db), held).await;
@@ -243,28 +229,12 @@ async fn after_a_failover_the_sync_gate_publishes_while_the_synchronous_set_is_e
         "sync",
     ];
     let (mut relay, _) = start_relay(&db, &kafka, &relay_args).await;
-    let before = new_key();
-    assert_eq!(
-        charge_until_answered(&api, &before).await.0,
-        StatusCode::CREATED
-    );
-    let before = event_of_key(&primary.url_of(&db), &before)
-        .await
-        .expect("its event");
-    wait_published(&primary.url_of(&db), before).await;
+    charge_published(&api, &primary.url_of(&db)).await;
 
     primary.crash();
     standby.promote();
     standby.synchronous_standbys("").await;
-    let after = new_key();
-    assert_eq!(
-        charge_until_answered(&api, &after).await.0,
-        StatusCode::CREATED
-    );
-    let after = event_of_key(&standby.url_of(&db), &after)
-        .await
-        .expect("its event on the new primary");
-    wait_published(&standby.url_of(&db), after).await;
+    charge_published(&api, &standby.url_of(&db)).await;
     relay.stop().await;
     let published = assert_topic_matches_outbox(&standby.url_of(&db), &kafka).await;
     assert_eq!(published, 2);
