@@ -43,23 +43,13 @@ pub enum Command {
 }
 
 pub use charges_runtime::{DatabaseArgs, LogFormat};
+use charges_store::GateStandbys;
 
 /// `--wait-for-standbys`: which standbys must have a batch's WAL before it is published.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standbys {
-    /// At least one streaming standby.
-    Any,
-    /// Every one of these (`application_name` in `pg_stat_replication`).
-    Named(Vec<String>),
-    /// Those `synchronous_standby_names` names at the time, as many as it asks for; none
-    /// while it names none.
-    Sync,
-}
-
-fn parse_standbys(text: &str) -> Result<Standbys, String> {
+fn parse_standbys(text: &str) -> Result<GateStandbys, String> {
     match text.trim() {
-        "any" => return Ok(Standbys::Any),
-        "sync" => return Ok(Standbys::Sync),
+        "any" => return Ok(GateStandbys::Any),
+        "sync" => return Ok(GateStandbys::Synchronous),
         _ => {}
     }
     let mut names: Vec<String> = Vec::new();
@@ -71,7 +61,7 @@ fn parse_standbys(text: &str) -> Result<Standbys, String> {
             names.push(name.to_owned());
         }
     }
-    Ok(Standbys::Named(names))
+    Ok(GateStandbys::Named(names))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -179,7 +169,7 @@ pub struct RunArgs {
     /// --concurrency loop runs twice (twice the connections), so that batches waiting
     /// for the standbys do not hold the others up.
     #[arg(long, env = "RELAY_WAIT_FOR_STANDBYS", value_name = "sync|any|NAME,…", value_parser = parse_standbys)]
-    pub wait_for_standbys: Option<Standbys>,
+    pub wait_for_standbys: Option<GateStandbys>,
 
     /// Rejections after which a row is set dead and no longer claimed: attempts the
     /// broker refused the message itself (too large, invalid). Failures because the

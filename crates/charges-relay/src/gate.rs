@@ -4,9 +4,9 @@
 //! cancelled) can be published and then lost in the failover: an event for a charge
 //! that no longer exists.
 //!
-//! The claim reports where the WAL ended as it read its first row, at or past every
-//! claimed row's commit and before its own row locks (`OutboxClaimPending`); the batch
-//! is published once the standbys have flushed that far. Until then it holds its rows
+//! The claim reports how far the WAL was flushed as it read its first row, at or past
+//! every claimed row's commit (`OutboxClaimPending`), and on which server; the batch is
+//! published once that server's standbys have flushed that far. Until then it holds its rows
 //! (it is their claim); past `bound` it gives up, and the caller drops the transaction,
 //! which rolls the claim back: no attempt counted, the rows pending, to be claimed
 //! again like after a broker outage.

@@ -25,7 +25,7 @@ use charges_maintenance::JobRunner;
 use charges_runtime::ops::OpsServer;
 use charges_runtime::readiness::Health;
 use charges_runtime::secrets::ExposeSecret;
-use charges_store::{GateStandbys, Pool, PoolSettings};
+use charges_store::{Pool, PoolSettings};
 use rdkafka::producer::Producer;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -95,14 +95,7 @@ impl RunArgs {
             ordered,
             batch_size: self.batch_size,
             publish_timeout: self.publish_timeout,
-            standbys: self
-                .wait_for_standbys
-                .as_ref()
-                .map(|standbys| match standbys {
-                    config::Standbys::Any => GateStandbys::Any,
-                    config::Standbys::Named(names) => GateStandbys::Named(names.clone()),
-                    config::Standbys::Sync => GateStandbys::Synchronous,
-                }),
+            standbys: self.wait_for_standbys.clone(),
             max_attempts: self.max_attempts,
             backoff: Backoff {
                 base: self.backoff_base,

@@ -30,7 +30,8 @@ pub struct ClaimTransaction {
     /// `None` once committed: the connection is back in the pool.
     client: Option<Object>,
     statements: ClaimStatements,
-    /// Where the WAL ended as the claim read its first row (`None`: it claimed nothing).
+    /// How far the WAL was flushed as the claim read its first row (`None`: it claimed
+    /// nothing).
     position: Option<WalPosition>,
 }
 
@@ -87,16 +88,10 @@ impl ClaimTransaction {
         Ok(published)
     }
 
-    /// Where the WAL ended as the claim read its first row: at or past the commit of
-    /// every claimed row (`None`: it claimed nothing).
+    /// How far the WAL was flushed as the claim read its first row, on which server: at
+    /// or past the commit of every claimed row (`None`: it claimed nothing).
     pub fn position(&self) -> Option<WalPosition> {
         self.position
-    }
-
-    /// The transaction's connection, for statements that read without taking part in
-    /// the claim (the relay's replication gate).
-    pub fn connection(&self) -> Result<&Object, StoreError> {
-        Ok(self.parts()?.0)
     }
 
     fn parts(&self) -> Result<(&Object, &ClaimStatements), StoreError> {
