@@ -154,14 +154,11 @@ ha_latency() {
     ungated_p99_ms_rounds="[$(printf '%s\n' "${open[@]}" | awk '{print $1}' | paste -sd,)]"
 }
 
-# ha_replays HA_URL LOCAL_URL CLIENTS CACHE_ENTRIES: replays of BENCH_REPLAY_KEYS
-# completed keys of the fill, with a synchronous standby and without, alternating.
+# ha_replays HA_URL LOCAL_URL CLIENTS CACHE_ENTRIES KEYS_FILE: replays of the fill's
+# completed keys in KEYS_FILE, with a synchronous standby and without, alternating.
 ha_replays() {
-  local ha_url=$1 local_url=$2 clients=$3 cache=$4 round side keys ha_runs=() local_runs=()
+  local ha_url=$1 local_url=$2 clients=$3 cache=$4 keys=$5 round side ha_runs=() local_runs=()
   local ha ha_p99 loc loc_p99 r run
-  keys="$out_dir/keys-ha.txt"
-  psql_on "$ha_url" -c "SELECT md5('k' || (1 + (i - 1) * ($backlog / ${BENCH_REPLAY_KEYS:-10000})))::uuid
-                          FROM generate_series(1, ${BENCH_REPLAY_KEYS:-10000}) i" >"$keys"
   for round in $(seq 1 "$rounds"); do
     for side in $(ha_alternate "$round" standby local); do
       log "ha: replays, $clients clients, cache $cache, round $round/$rounds: $side"
@@ -202,10 +199,11 @@ stage_ha() {
   # BENCH_HA_PARTS chooses among the parts below (all by default).
   local parts=" ${BENCH_HA_PARTS:-replays relay latency} "
   if [[ $parts == *" replays "* ]]; then
+    fill_keys "$out_dir/keys-ha.txt" "$backlog"
     for clients in 8 32; do
-      ha_replays "$ha_url" "$local_url" "$clients" 0
+      ha_replays "$ha_url" "$local_url" "$clients" 0 "$out_dir/keys-ha.txt"
     done
-    ha_replays "$ha_url" "$local_url" 32 10000
+    ha_replays "$ha_url" "$local_url" 32 10000 "$out_dir/keys-ha.txt"
   fi
   [[ $parts != *" relay "* ]] || ha_relay "$ha_url"
   if [[ $parts == *" latency "* ]]; then

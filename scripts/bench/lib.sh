@@ -74,6 +74,13 @@ new_database() {
 # so that a run neither pays for the fill nor starts mid-checkpoint.
 settle() { psql_on "$1" -c "VACUUM (ANALYZE)" -c "CHECKPOINT" >/dev/null; }
 
+# fill_keys FILE ROWS: BENCH_REPLAY_KEYS completed keys of the fill, evenly spread over
+# 1..ROWS, one per line (for scripts/bench/replay_keys.lua).
+fill_keys() {
+  local file=$1 rows=$2 n=${BENCH_REPLAY_KEYS:-10000}
+  psql_on "$server_url" -c "SELECT md5('k' || (1 + (i - 1) * ($rows / $n)))::uuid FROM generate_series(1, $n) i" >"$file"
+}
+
 # fill URL KIND FROM TO [TOTAL]: adds rows FROM..TO (of TOTAL, default TO) to each
 # table (KIND project or reference).
 fill() {

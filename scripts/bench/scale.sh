@@ -13,11 +13,6 @@
 # The relay part drains with relay.sh's helpers, also when the relay stage is not run.
 source scripts/bench/relay.sh
 
-scale_keys() { # FILE ROWS: BENCH_REPLAY_KEYS keys of the fill, evenly spread over 1..ROWS
-  local file=$1 rows=$2 n=${BENCH_REPLAY_KEYS:-10000}
-  psql_on "$server_url" -c "SELECT md5('k' || (1 + (i - 1) * ($rows / $n)))::uuid FROM generate_series(1, $n) i" >"$file"
-}
-
 # scale_run URL KEYS_FILE → "new_rps new_p99 replay_rps replay_p99 errors"
 scale_run() {
   local target=$1 keys=$2 new rep
@@ -37,14 +32,14 @@ stage_scale() {
   base_url=$(new_database charges_bench_base)
   big_url=$(new_database charges_bench_big)
   fill "$base_url" project 1 "$base"
-  scale_keys "$out_dir/keys-base.txt" "$base"
+  fill_keys "$out_dir/keys-base.txt" "$base"
   filled=0
   section "as the tables grow: vs $base rows (target ≥ 0.9 at the largest size)"
   for size in $sizes; do
     log "scale: filling to $size rows per table"
     fill "$big_url" project $(( filled + 1 )) "$size" "$largest"
     filled=$size
-    scale_keys "$out_dir/keys-big.txt" "$size"
+    fill_keys "$out_dir/keys-big.txt" "$size"
     base_runs=(); big_runs=()
     for round in $(seq 1 "$rounds"); do
       log "scale, $size rows, round $round/$rounds: $base rows"

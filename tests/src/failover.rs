@@ -129,9 +129,27 @@ pub async fn wait_published(url: &str, id: Uuid) {
     .await;
 }
 
-/// An operator's watchdog: every commit of `application_name` on the database at `url`
-/// that waits for a synchronous standby is cancelled at once (`pg_cancel_backend`),
-/// until this is dropped. PostgreSQL keeps such a commit and only warns.
+/// Cancels (`pg_cancel_backend`) every session of `application_name` on `client`'s
+/// database whose commit waits for a synchronous standby, as an operator's watchdog
+/// would; returns how many. Found and cancelled in one statement, so that a wait that
+/// ended meanwhile is never the one "cancelled" while the next one goes on waiting.
+/// PostgreSQL keeps such a commit and only warns.
+pub async fn cancel_synchronous_waits(
+    client: &tokio_postgres::Client,
+    application_name: &str,
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event = 'SyncRep'
+                AND application_name = $1",
+            &[&application_name],
+        )
+        .await?
+        .get(0))
+}
+
+/// [`cancel_synchronous_waits`] every 20 ms on the database at `url`, until dropped.
 pub struct SyncRepWatchdog {
     task: tokio::task::JoinHandle<()>,
 }
@@ -142,14 +160,7 @@ impl SyncRepWatchdog {
         let application_name = application_name.to_owned();
         let task = tokio::spawn(async move {
             loop {
-                let _ = client
-                    .execute(
-                        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-                          WHERE datname = current_database() AND wait_event = 'SyncRep'
-                            AND application_name = $1",
-                        &[&application_name],
-                    )
-                    .await;
+                let _ = cancel_synchronous_waits(&client, &application_name).await;
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         });

@@ -7,8 +7,9 @@
 
 use charges_tests::cluster::TestCluster;
 use charges_tests::failover::{
-    SyncRepWatchdog, assert_acknowledged_kept, assert_topic_matches_outbox, charge_published,
-    charge_until_answered, client_charges, event_of_key, wait_published, wait_until_all_published,
+    SyncRepWatchdog, assert_acknowledged_kept, assert_topic_matches_outbox,
+    cancel_synchronous_waits, charge_published, charge_until_answered, client_charges,
+    event_of_key, wait_published, wait_until_all_published,
 };
 use charges_tests::kafka::{TestKafka, read_to_end};
 use charges_tests::metrics::{sample, scrape, scrape_until};
@@ -26,22 +27,12 @@ fn multi_host_url(primary: &TestCluster, standby: &TestCluster, db: &TestDb) -> 
 }
 
 /// The API's session that waits for the synchronous standby, cancelled as an operator's
-/// watchdog would (`pg_cancel_backend`). Found and cancelled in one statement, so that
-/// a wait that ended meanwhile (a busy machine's statement timeout) is never the one
-/// "cancelled" while the next one goes on waiting.
+/// watchdog would, once one waits.
 async fn cancel_the_synchronous_wait(db: &TestDb) {
     poll_until("a commit waits for the synchronous standby", async || {
-        let cancelled: i64 = db
-            .client()
-            .query_one(
-                "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity
-                  WHERE datname = $1 AND wait_event = 'SyncRep'
-                    AND application_name = 'charges-api'",
-                &[&db.name],
-            )
+        let cancelled = cancel_synchronous_waits(db.client(), "charges-api")
             .await
-            .ok()?
-            .get(0);
+            .ok()?;
         (cancelled > 0).then_some(())
     })
     .await;
