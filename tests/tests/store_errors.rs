@@ -77,9 +77,10 @@ async fn timeouts_closed_connections_and_refusals_are_unavailable() {
 
     // The server ends the session under the held connection.
     db.client()
-        .batch_execute(
+        .execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name = 'charges'",
+              WHERE datname = current_database() AND application_name = $1",
+            &[&settings(1).application_name],
         )
         .await
         .unwrap();

@@ -116,8 +116,9 @@ impl IdempotentOperation for CreateRefundOperation {
         let data = to_json_string(&event)?;
         let outbox_row = NewEvent {
             id: event.event_id,
+            aggregate_type: EventType::ChargeRefunded.aggregate_type(),
             aggregate_id: charge_id,
-            event_type: EventType::ChargeRefunded,
+            event_type: EventType::ChargeRefunded.as_str(),
             sequence,
             data: &data,
             created_at: now,

@@ -9,13 +9,10 @@
 
 mod charge;
 mod event;
-mod fingerprint;
-mod idempotency_key;
 mod json;
 mod refund;
 
 pub use charge::{Charge, ChargeRequestError, CreateCharge, MAX_AMOUNT_CENTS};
 pub use event::{ChargeCreated, ChargeRefunded, EventType, FIRST_SEQUENCE};
-pub use fingerprint::Fingerprint;
-pub use idempotency_key::{IdempotencyKey, InvalidIdempotencyKey};
+pub use pg_idempotency::{Fingerprint, IdempotencyKey, InvalidIdempotencyKey};
 pub use refund::{ChargeWithRefunds, CreateRefund, Refund, RefundRefused, RefundRequestError};

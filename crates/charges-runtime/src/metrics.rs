@@ -17,11 +17,9 @@ pub const POOL_OPEN: &str = "charges_db_pool_connections";
 pub const POOL_IDLE: &str = "charges_db_pool_idle_connections";
 /// Gauge: callers waiting for a connection.
 pub const POOL_WAITING: &str = "charges_db_pool_waiting";
-/// Counter: waits for a connection that timed out (answered 503 by the API).
-pub const POOL_TIMEOUTS: &str = charges_store::POOL_TIMEOUTS_METRIC;
-/// Counter: commits whose wait for the synchronous standby was cancelled, reported as
-/// failed (`charges_store`'s unreplicated-commit guard).
-pub const UNREPLICATED_COMMITS: &str = charges_store::UNREPLICATED_COMMITS_METRIC;
+/// The namespace of the metrics the libraries name themselves (`pg-plumbing`'s
+/// `charges_db_pool_timeouts_total` and `charges_db_unreplicated_commits_total`).
+pub const NAMESPACE: &str = "charges";
 
 /// How often histogram samples are folded into their buckets between scrapes.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -42,6 +40,7 @@ pub fn install(
         builder = builder.set_buckets_for_metric(matcher.clone(), values)?;
     }
     let handle = builder.install_recorder()?;
+    let plumbing = pg_plumbing::set_namespace(NAMESPACE);
     metrics::describe_gauge!(BUILD_INFO, "Always 1; the binary and its version as labels");
     metrics::gauge!(BUILD_INFO, "binary" => binary, "version" => env!("CARGO_PKG_VERSION"))
         .set(1.0);
@@ -50,15 +49,15 @@ pub fn install(
     metrics::describe_gauge!(POOL_IDLE, "Open database connections idle in the pool");
     metrics::describe_gauge!(POOL_WAITING, "Callers waiting for a database connection");
     metrics::describe_counter!(
-        POOL_TIMEOUTS,
+        plumbing.pool_timeouts,
         "Waits for a database connection that timed out"
     );
-    metrics::counter!(POOL_TIMEOUTS).increment(0);
+    metrics::counter!(plumbing.pool_timeouts).increment(0);
     metrics::describe_counter!(
-        UNREPLICATED_COMMITS,
+        plumbing.unreplicated_commits,
         "Commits whose wait for the synchronous standby was cancelled, reported as failed"
     );
-    metrics::counter!(UNREPLICATED_COMMITS).increment(0);
+    metrics::counter!(plumbing.unreplicated_commits).increment(0);
     metrics_process::Collector::default().describe();
     Ok(handle)
 }

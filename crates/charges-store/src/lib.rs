@@ -27,42 +27,27 @@
 //!   place that decides whether a caller may retry.
 
 pub mod charges;
-mod claim_transaction;
-mod error;
-pub mod idempotency_keys;
 pub mod migrations;
-pub mod outbox;
-mod outbox_wakeup;
-mod pool;
 mod reconciliation_result;
 pub mod refunds;
-mod replay_cache;
-mod replication;
-pub mod statements;
-mod tls;
-mod unreplicated_commit;
 
 pub use charges::{ChargeStore, NewCharge, RefundableCharge};
-pub use claim_transaction::ClaimTransaction;
-pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
-pub use error::{POOL_TIMEOUTS_METRIC, StoreError};
-pub use idempotency_keys::{
+pub use pg_idempotency::store as idempotency_keys;
+pub use pg_idempotency::{
     CompletedKey, IdempotencyStore, IdempotentOperation, IdempotentOutcome, KeyCompletion,
     KeyToComplete, OneStatementOperation, StoredResponse,
 };
-pub use outbox::{
-    ClaimStatements, DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent,
-    PublishFailure,
+pub use pg_outbox::store as outbox;
+pub use pg_outbox::{
+    ClaimStatements, ClaimTransaction, DeadEvent, GateStandbys, NewEvent, Origin, OutboxStats,
+    OutboxStore, OutboxWakeupStore, PendingEvent, PublishFailure, ReplicationStore, StandbyFlush,
+    WalPosition,
 };
-pub use outbox_wakeup::OutboxWakeupStore;
-pub use pool::{PoolSettings, connect, detect_dead_peers};
+pub use pg_plumbing::{
+    Client, Connection, DatabaseTls, GenericClient, IsolationLevel, Pool, PoolSettings, Pooler,
+    Row, Sql, StoreError, Transaction, connect, detect_dead_peers, statements,
+};
 pub use reconciliation_result::{
     ReconciliationClaim, ReconciliationCounts, ReconciliationResultStore,
 };
 pub use refunds::RefundStore;
-pub use replication::{GateStandbys, ReplicationStore, StandbyFlush, WalPosition};
-pub use statements::{Connection, Pooler, Sql};
-pub use tls::DatabaseTls;
-pub use tokio_postgres::IsolationLevel;
-pub use tokio_postgres::Row;
-pub use unreplicated_commit::UNREPLICATED_COMMITS_METRIC;

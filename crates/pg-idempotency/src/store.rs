@@ -9,14 +9,15 @@
 
 use std::time::{Duration, Instant};
 
-use charges_domain::{Fingerprint, IdempotencyKey};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Pool, Transaction};
 use tokio_postgres::Row;
 
-use crate::StoreError;
+use pg_plumbing::StoreError;
+use pg_plumbing::statements::{self, Connection, Sql, Type};
+
 use crate::replay_cache::ReplayCache;
-use crate::statements::{self, Connection, Sql, Type};
+use crate::{Fingerprint, IdempotencyKey};
 
 /// A response as it will be replayed: status, the headers that belong to the resource
 /// (for example `Location`) and the body, byte for byte.
@@ -596,7 +597,9 @@ fn stored_outcome(row: &Row, fingerprint: &Fingerprint) -> Result<Reservation, S
     Ok(Reservation::Completed(response, remaining))
 }
 
-pub(crate) fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
+/// A response's headers as the `response_headers` column stores them (a JSON array of
+/// `[name, value]` pairs), for one-statement operations that write the key themselves.
+pub fn encode_headers(headers: &[(String, String)]) -> serde_json::Value {
     serde_json::Value::Array(
         headers
             .iter()

@@ -4,8 +4,8 @@
 
 use tokio_postgres::types::Type;
 
-use crate::StoreError;
-use crate::statements::{self, Connection, Sql};
+use pg_plumbing::StoreError;
+use pg_plumbing::statements::{self, Connection, Sql};
 
 /// `OutboxWakeupEnsure`: the row, again after a crash emptied the unlogged table.
 const ENSURE: &str = "INSERT INTO outbox_wakeup DEFAULT VALUES ON CONFLICT (singleton) DO NOTHING";

@@ -13,9 +13,9 @@ use deadpool_postgres::{GenericClient, Object};
 use futures::TryFutureExt;
 use uuid::Uuid;
 
-use crate::StoreError;
-use crate::outbox::{ClaimStatements, OutboxStore, PendingEvent, PublishFailure};
 use crate::replication::WalPosition;
+use crate::store::{ClaimStatements, OutboxStore, PendingEvent, PublishFailure};
+use pg_plumbing::StoreError;
 
 /// `BEGIN`, as a simple query: nothing to prepare, so it is sent the moment it is
 /// polled, before the statements polled after it.

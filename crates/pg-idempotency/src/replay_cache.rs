@@ -13,10 +13,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use charges_domain::Fingerprint;
 use quick_cache::sync::Cache;
 
-use crate::StoredResponse;
+use crate::{Fingerprint, StoredResponse};
 
 pub(crate) struct CachedKey {
     pub fingerprint: Fingerprint,

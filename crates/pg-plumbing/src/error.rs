@@ -12,10 +12,6 @@
 
 use std::io::ErrorKind;
 
-/// Counter incremented whenever a wait for a pooled connection times out (exported by
-/// every binary as `charges_db_pool_timeouts_total`).
-pub const POOL_TIMEOUTS_METRIC: &str = "charges_db_pool_timeouts_total";
-
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -73,7 +69,7 @@ pub enum StoreError {
 impl From<deadpool_postgres::PoolError> for StoreError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         if matches!(error, deadpool_postgres::PoolError::Timeout(_)) {
-            metrics::counter!(POOL_TIMEOUTS_METRIC).increment(1);
+            metrics::counter!(crate::metric_names().pool_timeouts).increment(1);
         }
         StoreError::Pool(error)
     }

@@ -25,10 +25,6 @@ use tokio_postgres::error::DbError;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{AsyncMessage, Socket};
 
-/// Counter: commits whose wait for synchronous replication was cancelled (each one
-/// answered as a failure, never as committed).
-pub const UNREPLICATED_COMMITS_METRIC: &str = "charges_db_unreplicated_commits_total";
-
 /// deadpool's connector, with [`drive`] as the connection task.
 #[derive(Debug, Clone)]
 pub(crate) struct GuardedConnect<T> {
@@ -66,7 +62,7 @@ where
     while let Some(message) = messages.next().await {
         match message {
             Ok(AsyncMessage::Notice(notice)) if is_unreplicated_commit(&notice) => {
-                metrics::counter!(UNREPLICATED_COMMITS_METRIC).increment(1);
+                metrics::counter!(crate::metric_names().unreplicated_commits).increment(1);
                 tracing::warn!(
                     notice = %notice.message(),
                     "a commit was not replicated to the synchronous standby: its connection \

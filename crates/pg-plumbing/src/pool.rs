@@ -31,7 +31,7 @@ impl Default for PoolSettings {
             max_size: 16,
             acquire_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
-            application_name: "charges".to_owned(),
+            application_name: env!("CARGO_PKG_NAME").to_owned(),
             tls: DatabaseTls::default(),
             pooler: Pooler::None,
         }

@@ -1,14 +1,13 @@
 //! `outbox`: events committed with the change that caused them, for the relay to
 //! publish. The API only inserts; everything else here belongs to the relay.
 
-use charges_domain::EventType;
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::{PgLsn, Type};
 use uuid::Uuid;
 
-use crate::StoreError;
 use crate::replication::WalPosition;
-use crate::statements::{self, Connection, ReadyStatement, Sql};
+use pg_plumbing::StoreError;
+use pg_plumbing::statements::{self, Connection, ReadyStatement, Sql};
 
 /// `OutboxInsert`
 pub const INSERT: Sql = Sql::new(
@@ -254,8 +253,11 @@ pub struct OutboxStore;
 pub struct NewEvent<'a> {
     /// What consumers deduplicate on.
     pub id: Uuid,
+    /// Routes it to a topic (`charge`, `order`, …); its aggregate's events share it.
+    pub aggregate_type: &'a str,
     pub aggregate_id: Uuid,
-    pub event_type: EventType,
+    /// The event's name, as consumers and the relay's catalog know it.
+    pub event_type: &'a str,
     /// The event's place among its aggregate's events, assigned under the aggregate's
     /// row lock.
     pub sequence: i64,
@@ -383,9 +385,9 @@ impl OutboxStore {
             &INSERT,
             &[
                 &event.id,
-                &event.event_type.aggregate_type(),
+                &event.aggregate_type,
                 &event.aggregate_id,
-                &event.event_type.as_str(),
+                &event.event_type,
                 &event.sequence,
                 &event.data,
                 &event.created_at,

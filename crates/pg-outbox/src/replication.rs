@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::PgLsn;
 
-use crate::StoreError;
-use crate::statements::{self, Connection, Sql, Type};
+use pg_plumbing::StoreError;
+use pg_plumbing::statements::{self, Connection, Sql, Type};
 
 /// `ReplicationStandbysFlushed`: how far the standbys `$1` (empty: any one) have
 /// flushed the WAL, or with `$2` those `synchronous_standby_names` names right now, and

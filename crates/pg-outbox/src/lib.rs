@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+mod claim;
+pub mod replication;
+pub mod store;
+mod wakeup;
+
+pub use claim::ClaimTransaction;
+pub use replication::{GateStandbys, ReplicationStore, StandbyFlush, WalPosition};
+pub use store::{
+    ClaimStatements, DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent,
+    PublishFailure,
+};
+pub use wakeup::OutboxWakeupStore;

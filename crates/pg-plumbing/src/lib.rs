@@ -1,0 +1,16 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod metric_names;
+mod pool;
+pub mod statements;
+mod tls;
+mod unreplicated_commit;
+
+pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
+pub use error::StoreError;
+pub use metric_names::{DEFAULT_NAMESPACE, MetricNames, metric_names, set_namespace};
+pub use pool::{PoolSettings, connect, detect_dead_peers};
+pub use statements::{Connection, Pooler, Sql};
+pub use tls::DatabaseTls;
+pub use tokio_postgres::{IsolationLevel, Row};
