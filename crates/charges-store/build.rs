@@ -1,5 +1,6 @@
-// refinery embeds migrations/ at compile time; without this a new migration file would
-// not rebuild the crate, and a binary would ship the previous schema.
+// refinery embeds the migrations at compile time; without this a new migration file
+// would not rebuild the crate, and a binary would ship the previous schema.
 fn main() {
     println!("cargo:rerun-if-changed=../../migrations");
+    println!("cargo:rerun-if-changed=migrations-before-split");
 }

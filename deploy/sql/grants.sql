@@ -50,11 +50,17 @@ GRANT EXECUTE ON FUNCTION charges_create_once(text, text, text, bigint, integer,
 -- synchronous standbys have the key's row (V14). idempotency_standbys_have runs with
 -- its owner's rights (a member of pg_read_all_stats, roles.sql) and answers only yes or
 -- no. EXECUTE is PUBLIC's by default; granted here so that it survives a REVOKE.
+GRANT EXECUTE ON FUNCTION idempotency_key_reserve(text, text) TO charges_api;
+GRANT EXECUTE ON FUNCTION idempotency_key_complete(text, text, text, bigint, integer, jsonb, text)
+   TO charges_api;
+GRANT EXECUTE ON FUNCTION outbox_append(uuid, text, uuid, text, bigint, text, timestamptz, text,
+    text, text) TO charges_api;
 GRANT EXECUTE ON FUNCTION idempotency_await_standbys() TO charges_api;
 GRANT EXECUTE ON FUNCTION idempotency_standbys_have(pg_lsn) TO charges_api;
 
 -- /readyz compares the applied schema version with the binary's.
-GRANT SELECT ON refinery_schema_history TO charges_api;
+GRANT SELECT ON idempotency_schema_history, outbox_schema_history, charges_schema_history
+   TO charges_api;
 
 -- ---------------------------------------------------------------------------------
 -- charges_relay
@@ -93,10 +99,10 @@ GRANT SELECT, INSERT ON outbox_discarded TO charges_relay;
 GRANT SELECT, INSERT, UPDATE ON outbox_wakeup TO charges_relay;
 
 -- /readyz on --metrics-listen.
-GRANT SELECT ON refinery_schema_history TO charges_relay;
+GRANT SELECT ON idempotency_schema_history, outbox_schema_history, charges_schema_history
+   TO charges_relay;
 
 -- ReplicationStandbysFlushed: the replication gate reads how far its standbys flushed
 -- through this function (migration V15), not pg_stat_replication itself. V12's, for
 -- relays of the previous version during a rolling update.
 GRANT EXECUTE ON FUNCTION outbox_standbys_flushed(text[], boolean) TO charges_relay;
-GRANT EXECUTE ON FUNCTION charges_standby_flush_positions() TO charges_relay;

@@ -17,8 +17,8 @@ concurrency="${BENCH_CONCURRENCY:-2}"   # and its default --concurrency
 add_pending() {
   local target=$1 per=${2:-1}
   psql_on "$target" -f scripts/bench/v7.sql -c "
-    INSERT INTO outbox (id, aggregate_id, event_type, sequence, data, created_at, request_id)
-      SELECT pg_temp.v7(at, 'po' || g || '-' || s), pg_temp.v7(at, 'pc' || g),
+    INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, sequence, data, created_at, request_id)
+      SELECT pg_temp.v7(at, 'po' || g || '-' || s), 'charge', pg_temp.v7(at, 'pc' || g),
              CASE s WHEN 1 THEN 'ChargeCreated' ELSE 'ChargeRefunded' END, s,
              json_build_object('eventId', pg_temp.v7(at, 'po' || g || '-' || s), 'chargeId', pg_temp.v7(at, 'pc' || g),
                                'sequence', s, 'amountCents', 4900, 'currency', 'EUR', 'occurredAt', at)::text,

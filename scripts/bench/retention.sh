@@ -15,8 +15,8 @@ retention_backlog() { # URL ROWS
            '{\"id\":\"01a2384a-d032-7351-a2c2-20c6b45c2233\",\"amountCents\":4900,\"currency\":\"EUR\",\"createdAt\":\"2026-12-02T19:45:56.783080Z\"}',
            now() - interval '2 days', now() - interval '1 day' + g * interval '1 millisecond'
       FROM generate_series(1, $2) g;
-    INSERT INTO outbox (id, aggregate_id, event_type, sequence, data, created_at, published_at, next_attempt_at)
-    SELECT md5('xo' || g)::uuid, md5('xc' || g)::uuid, 'ChargeCreated', 1, '{\"amountCents\":4900}',
+    INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, sequence, data, created_at, published_at, next_attempt_at)
+    SELECT md5('xo' || g)::uuid, 'charge', md5('xc' || g)::uuid, 'ChargeCreated', 1, '{\"amountCents\":4900}',
            now() - interval '9 days', now() - interval '8 days' + g * interval '1 millisecond',
            now() - interval '8 days'
       FROM generate_series(1, $2) g;" >/dev/null

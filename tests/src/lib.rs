@@ -104,6 +104,23 @@ impl TestDb {
 
     /// The same, on another server (a [`cluster::TestCluster`], for example).
     pub async fn new_on(admin_url: &str) -> TestDb {
+        let db = Self::unmigrated_on(admin_url).await;
+        let pool = charges_store::connect(&db.url, &charges_store::PoolSettings::default())
+            .await
+            .expect("connect to the test database");
+        charges_store::migrations::run(&pool)
+            .await
+            .expect("migrate the test database");
+        db
+    }
+
+    /// An empty database of its own on `DATABASE_URL`, no migration applied (for tests
+    /// of the migrations themselves).
+    pub async fn unmigrated() -> TestDb {
+        Self::unmigrated_on(&server_url()).await
+    }
+
+    async fn unmigrated_on(admin_url: &str) -> TestDb {
         let admin_url = admin_url.to_owned();
         let name = format!("charges_test_{}", Uuid::new_v4().simple());
         connect(&admin_url)
@@ -112,12 +129,6 @@ impl TestDb {
             .await
             .expect("create the test database");
         let url = with_database(&admin_url, &name);
-        let pool = charges_store::connect(&url, &charges_store::PoolSettings::default())
-            .await
-            .expect("connect to the test database");
-        charges_store::migrations::run(&pool)
-            .await
-            .expect("migrate the test database");
         let client = connect(&url).await;
         // So that outage tests can end every session but this one.
         client
@@ -147,13 +158,14 @@ impl TestDb {
         &self.client
     }
 
-    /// Takes the newest migration out of refinery's history, as if the schema were one
-    /// version behind this build; returns its row for [`TestDb::restore_migration`].
+    /// Takes the newest migration out of the charges set's history, as if the schema
+    /// were one version behind this build; returns its row for
+    /// [`TestDb::restore_migration`].
     pub async fn forget_latest_migration(&self) -> tokio_postgres::Row {
         self.client
             .query_one(
-                "DELETE FROM refinery_schema_history
-                  WHERE version = (SELECT max(version) FROM refinery_schema_history)
+                "DELETE FROM charges_schema_history
+                  WHERE version = (SELECT max(version) FROM charges_schema_history)
                  RETURNING version, name, applied_on, checksum",
                 &[],
             )
@@ -165,7 +177,7 @@ impl TestDb {
     pub async fn restore_migration(&self, latest: &tokio_postgres::Row) {
         self.client
             .execute(
-                "INSERT INTO refinery_schema_history (version, name, applied_on, checksum)
+                "INSERT INTO charges_schema_history (version, name, applied_on, checksum)
                  VALUES ($1, $2, $3, $4)",
                 &[
                     &latest.get::<_, i32>(0),
@@ -176,6 +188,36 @@ impl TestDb {
             )
             .await
             .expect("restore the latest migration");
+    }
+
+    /// The schema as `pg_dump --schema-only` prints it (no owners, no privileges), with
+    /// the refinery history tables named in `leave_out` left out: two databases whose
+    /// dumps are equal have the same tables, columns, constraints, indexes, triggers and
+    /// functions, in the same order.
+    pub fn schema_dump(&self, leave_out: &[&str]) -> String {
+        let mut command = std::process::Command::new(cluster::bindir().join("pg_dump"));
+        command.args([
+            "--schema-only",
+            "--no-owner",
+            "--no-privileges",
+            "--dbname",
+            &self.url,
+        ]);
+        for table in leave_out {
+            command.args(["--exclude-table", table]);
+        }
+        let output = command.output().expect("run pg_dump");
+        assert!(
+            output.status.success(),
+            "pg_dump failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            // pg_dump 15.14+ fences its output with a random key per run.
+            .filter(|line| !line.starts_with("\\restrict") && !line.starts_with("\\unrestrict"))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Another session on the test database, for interleavings that need two.

@@ -17,8 +17,9 @@ pub async fn insert_pending(db: &TestDb, n: i32, pad: i32) -> Vec<Uuid> {
                  INSERT INTO charges (id, amount_cents, currency)
                  SELECT charge_id, 100 + g, 'EUR' FROM ids
              )
-             INSERT INTO outbox (id, aggregate_id, event_type, sequence, payload, created_at)
-             SELECT event_id, charge_id, 'ChargeCreated', 1,
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, sequence, payload,
+                                 created_at)
+             SELECT event_id, 'charge', charge_id, 'ChargeCreated', 1,
                     jsonb_build_object('eventId', event_id, 'chargeId', charge_id,
                                        'sequence', 1, 'amountCents', 100 + g,
                                        'currency', 'EUR', 'occurredAt', now(),

@@ -28,6 +28,7 @@ mod relay;
 mod relay_ordering;
 mod relay_outage;
 mod retention;
+mod schema_upgrade;
 mod schemathesis;
 mod security;
 mod store_errors;

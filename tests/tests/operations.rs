@@ -227,8 +227,10 @@ async fn readyz_is_503_when_the_schema_is_behind_or_the_database_unreachable() {
         &api.http,
         &readyz,
         &format!(
-            "at version {} but this build expects {version}",
-            version - 1
+            "charges schema is at version {} but this build expects {version}",
+            Some(version - 1)
+                .filter(|v| *v > 0)
+                .map_or_else(|| "none".to_owned(), |v| v.to_string())
         ),
     )
     .await;
@@ -434,8 +436,9 @@ async fn relay_metrics_and_reconciliation_gauges_follow_the_database() {
                  INSERT INTO charges (id, amount_cents, currency)
                  SELECT charge_id, 100 + g, 'EUR' FROM ids
              )
-             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, dead_at)
-             SELECT gen_random_uuid(), charge_id, 'ChargeCreated',
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload,
+                                 created_at, dead_at)
+             SELECT gen_random_uuid(), 'charge', charge_id, 'ChargeCreated',
                     jsonb_build_object('chargeId', charge_id),
                     now() - interval '1 second',
                     CASE WHEN g = 4 THEN now() END

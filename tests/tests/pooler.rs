@@ -385,7 +385,7 @@ async fn migrations_through_the_pooler_are_refused_naming_the_direct_url() {
         );
     }
     assert!(
-        db.count("refinery_schema_history").await > 0,
+        db.count("charges_schema_history").await > 0,
         "the test database itself was migrated directly"
     );
 }

@@ -93,8 +93,9 @@ async fn deleting_published_events_reads_one_batch_not_the_backlog() {
         .batch_execute(&format!(
             "INSERT INTO charges (id, amount_cents, currency)
              SELECT md5('c' || g)::uuid, 4900, 'EUR' FROM generate_series(1, {BACKLOG}) g;
-             INSERT INTO outbox (id, aggregate_id, event_type, payload, created_at, published_at)
-             SELECT md5('o' || g)::uuid, md5('c' || g)::uuid, 'ChargeCreated', '{{}}',
+             INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload,
+                                 created_at, published_at)
+             SELECT md5('o' || g)::uuid, 'charge', md5('c' || g)::uuid, 'ChargeCreated', '{{}}',
                     now() - interval '2 hours', now() - interval '1 hour' + g * interval '10 ms'
                FROM generate_series(1, {BACKLOG}) g;
              ANALYZE outbox;"

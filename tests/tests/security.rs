@@ -657,8 +657,9 @@ async fn purge_and_requeue_as_the_relay(db: &TestDb, relay_url: &str, charge_id:
     let dead_id = Uuid::new_v4();
     db.client()
         .execute(
-            "INSERT INTO outbox (id, aggregate_id, event_type, payload, attempts, last_error, dead_at)
-             VALUES ($1, $2, 'ChargeCreated', '{}', 10, 'test', now())",
+            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload, attempts,
+                                 last_error, dead_at)
+             VALUES ($1, 'charge', $2, 'ChargeCreated', '{}', 10, 'test', now())",
             &[&dead_id, &charge_id],
         )
         .await

@@ -3,6 +3,7 @@
 //! consumer's database is the consumer team's: it may be the API's, or another one.
 
 use deadpool_postgres::Pool;
+use pg_plumbing::SchemaSet;
 
 use crate::ConsumerError;
 
@@ -10,17 +11,18 @@ mod embedded {
     refinery::embed_migrations!("migrations");
 }
 
-/// refinery's history table for this schema; the API's is `refinery_schema_history`.
-pub const HISTORY_TABLE: &str = "consumer_schema_history";
+/// The consumer's set; refinery's history table is `consumer_schema_history`.
+pub const CONSUMER: SchemaSet = SchemaSet::new(
+    "consumer",
+    "consumer_schema_history",
+    embedded::migrations::runner,
+);
 
 /// Serializes concurrent migrators (several consumer replicas started with `--migrate`).
 const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7302; // "charges\x02"
 
 /// Applies every pending consumer migration.
 pub async fn run(pool: &Pool) -> Result<(), ConsumerError> {
-    let mut runner = embedded::migrations::runner();
-    runner.set_migration_table_name(HISTORY_TABLE);
-    let applied = charges_store::migrations::run_locked(pool, runner, MIGRATION_LOCK).await?;
-    tracing::info!(applied, "consumer migrations up to date");
+    pg_plumbing::migrations::apply(pool, MIGRATION_LOCK, &[CONSUMER]).await?;
     Ok(())
 }

@@ -37,11 +37,20 @@ impl NotReady {
 pub async fn check_database(pool: &Pool) -> Result<(), NotReady> {
     let unreachable = || NotReady("the database cannot be reached".to_owned());
     match tokio::time::timeout(READY_TIMEOUT, migrations::status(pool)).await {
-        Ok(Ok(SchemaStatus::Current { .. })) => Ok(()),
-        Ok(Ok(SchemaStatus::Behind { current, expected })) => {
-            tracing::warn!(?current, ?expected, "not ready: database schema is behind");
+        Ok(Ok(SchemaStatus::Current)) => Ok(()),
+        Ok(Ok(SchemaStatus::Behind {
+            set,
+            current,
+            expected,
+        })) => {
+            tracing::warn!(
+                set,
+                ?current,
+                ?expected,
+                "not ready: database schema is behind"
+            );
             Err(NotReady(format!(
-                "the database schema is at version {} but this build expects {}",
+                "the database's {set} schema is at version {} but this build expects {}",
                 version_text(current),
                 version_text(expected)
             )))
@@ -63,9 +72,14 @@ pub async fn wait_for_schema(pool: &Pool, stop: &mut (impl Future + Unpin)) -> b
     let mut logged = false;
     loop {
         match migrations::status(pool).await {
-            Ok(SchemaStatus::Current { .. }) => return true,
-            Ok(SchemaStatus::Behind { current, expected }) if !logged => {
+            Ok(SchemaStatus::Current) => return true,
+            Ok(SchemaStatus::Behind {
+                set,
+                current,
+                expected,
+            }) if !logged => {
                 tracing::warn!(
+                    set,
                     ?current,
                     ?expected,
                     "waiting for the database schema: run the migrations"

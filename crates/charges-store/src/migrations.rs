@@ -1,117 +1,71 @@
-//! The schema, embedded from the workspace's `migrations/` folder at compile time.
+//! The database's schema: three sets of migrations, each with its own refinery
+//! history, applied in order under one lock (`pg_plumbing::migrations`):
+//!
+//! 1. `pg_idempotency::schema()`: `idempotency_keys` and its functions;
+//! 2. `pg_outbox::schema()`: the outbox tables and functions;
+//! 3. [`CHARGES`], the workspace's top-level `migrations/`: charges, refunds, and the
+//!    function that composes the first two to create a charge in one statement.
+//!
+//! A database created before the split has its history in `refinery_schema_history`
+//! ([`BEFORE_SPLIT`], `migrations-before-split/`, frozen at V15): it is first brought
+//! to V15 there, after which the three sets adopt its tables as they are.
 
 use deadpool_postgres::Pool;
+use pg_plumbing::migrations::{self as sets, SchemaSet};
+
+pub use pg_plumbing::migrations::SchemaStatus;
 
 use crate::StoreError;
-use crate::statements::{self, Sql};
 
-mod embedded {
+mod charges {
     refinery::embed_migrations!("../../migrations");
+}
+
+mod before_split {
+    refinery::embed_migrations!("migrations-before-split");
+}
+
+/// The charges service's own set.
+pub const CHARGES: SchemaSet = SchemaSet::new(
+    "charges",
+    "charges_schema_history",
+    charges::migrations::runner,
+);
+
+/// The single history the schema had before each mechanism owned its part; only
+/// upgrades databases that have it, and stays at V15.
+pub const BEFORE_SPLIT: SchemaSet = SchemaSet::new(
+    "charges-before-split",
+    "refinery_schema_history",
+    before_split::migrations::runner,
+)
+.upgrade_only();
+
+/// Every set, in the order they are applied.
+pub fn sets() -> [SchemaSet; 4] {
+    [
+        BEFORE_SPLIT,
+        pg_idempotency::schema(),
+        pg_outbox::schema(),
+        CHARGES,
+    ]
 }
 
 /// Serializes concurrent migrators of this schema (several API replicas started with
 /// `--migrate`, or a Job racing a replica).
 const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7301; // "charges\x01"
 
-/// Applies every pending migration and returns the version the schema is now at.
-pub async fn run(pool: &Pool) -> Result<Option<i32>, StoreError> {
-    let applied = run_locked(pool, embedded::migrations::runner(), MIGRATION_LOCK).await?;
-    let version = current_version(pool).await?;
-    tracing::info!(applied, ?version, "migrations up to date");
-    Ok(version)
+/// Applies every pending migration of every set; returns how many were applied.
+pub async fn run(pool: &Pool) -> Result<usize, StoreError> {
+    let applied = sets::apply(pool, MIGRATION_LOCK, &sets()).await?;
+    Ok(applied.iter().map(|(_, count)| count).sum())
 }
 
-/// Runs `runner` (divergent history aborts) while holding the session advisory lock
-/// `lock`: refinery itself takes no lock, so two migrators would otherwise apply the
-/// same migration twice. Returns how many migrations were applied. Every schema
-/// with its own history (this crate's, the reference consumer's) migrates through here.
-pub async fn run_locked(
-    pool: &Pool,
-    runner: refinery::Runner,
-    lock: i64,
-) -> Result<usize, StoreError> {
-    // The lock is a session's, and refinery runs each migration in a transaction of
-    // its own: through a transaction pooler, lock, migrations and unlock could each
-    // land on another server session.
-    if statements::through_transaction_pooler() {
-        return Err(StoreError::NeedsSession("applying migrations"));
-    }
-    let mut client = pool.get().await?;
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&lock])
-        .await?;
-    let report = runner
-        .set_abort_divergent(true)
-        .run_async(&mut **client)
-        .await;
-    client
-        .execute("SELECT pg_advisory_unlock($1)", &[&lock])
-        .await?;
-    Ok(report?.applied_migrations().len())
-}
-
-/// How the database's schema compares with the one these binaries were built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchemaStatus {
-    /// At or ahead of [`expected_version`]. Ahead is fine: migrations are additive
-    /// (expand, then contract in a later release), and during a rolling deploy the
-    /// migration Job runs before the new pods, so the old pods must stay ready.
-    Current { version: Option<i32> },
-    /// Behind [`expected_version`] (or never migrated): this code would use columns
-    /// or tables that are not there yet.
-    Behind {
-        current: Option<i32>,
-        expected: Option<i32>,
-    },
-}
-
-/// Reads the applied version and compares it; an error means the database could not
-/// be asked (unreachable, or the pool could not get a connection in time).
+/// Whether every set is at the version these binaries were built with; an error means
+/// the database could not be asked.
 pub async fn status(pool: &Pool) -> Result<SchemaStatus, StoreError> {
-    let current = current_version(pool).await?;
-    let expected = expected_version();
-    // `None` (empty database) orders before every `Some`.
-    if current >= expected {
-        Ok(SchemaStatus::Current { version: current })
-    } else {
-        Ok(SchemaStatus::Behind { current, expected })
-    }
+    sets::status(pool, &sets()).await
 }
-
-/// The highest version these binaries were built with; `/readyz` compares it.
-pub fn expected_version() -> Option<i32> {
-    embedded::migrations::runner()
-        .get_migrations()
-        .iter()
-        .map(|m| m.version())
-        .max()
-}
-
-/// The highest version applied to the database, `None` on an empty database.
-pub async fn current_version(pool: &Pool) -> Result<Option<i32>, StoreError> {
-    let client = pool.get().await?;
-    let exists: bool = statements::query_one(&client, &HISTORY_EXISTS, &[])
-        .await?
-        .try_get("exists")?;
-    if !exists {
-        return Ok(None);
-    }
-    Ok(statements::query_one(&client, &HISTORY_VERSION, &[])
-        .await?
-        .try_get("version")?)
-}
-
-/// `RefinerySchemaHistoryExists`
-const HISTORY_EXISTS: Sql = Sql::new(
-    "SELECT to_regclass('refinery_schema_history') IS NOT NULL AS exists",
-    &[],
-);
-
-/// `RefinerySchemaHistoryVersion`
-const HISTORY_VERSION: Sql = Sql::new(
-    "SELECT max(version) AS version FROM refinery_schema_history",
-    &[],
-);
 
 /// deploy/sql/grants.sql, embedded: what the API's and the relay's roles may do.
 const GRANTS: &str = include_str!("../../../deploy/sql/grants.sql");

@@ -2,11 +2,13 @@
 
 mod claim;
 pub mod replication;
+mod schema;
 pub mod store;
 mod wakeup;
 
 pub use claim::ClaimTransaction;
 pub use replication::{GateStandbys, ReplicationStore, StandbyFlush, WalPosition};
+pub use schema::schema;
 pub use store::{
     ClaimStatements, DeadEvent, NewEvent, Origin, OutboxStats, OutboxStore, PendingEvent,
     PublishFailure,

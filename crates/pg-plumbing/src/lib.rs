@@ -2,6 +2,7 @@
 
 mod error;
 mod metric_names;
+pub mod migrations;
 mod pool;
 pub mod statements;
 mod tls;
@@ -10,6 +11,7 @@ mod unreplicated_commit;
 pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
 pub use error::StoreError;
 pub use metric_names::{DEFAULT_NAMESPACE, MetricNames, metric_names, set_namespace};
+pub use migrations::{SchemaSet, SchemaStatus};
 pub use pool::{PoolSettings, connect, detect_dead_peers};
 pub use statements::{Connection, Pooler, Sql};
 pub use tls::DatabaseTls;
