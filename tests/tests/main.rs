@@ -5,6 +5,7 @@
 
 mod alerts;
 mod api;
+mod architecture;
 mod chaos;
 mod cli;
 mod configuration;

@@ -2,8 +2,8 @@
 -- with the response to replay, in the same transaction as the operation's writes.
 --
 -- Written so that it also adopts a database where this table and these functions
--- were created by an earlier layout (the charges service's migrations V1–V15, which
--- ended with exactly this shape): IF NOT EXISTS, CREATE OR REPLACE, nothing else.
+-- were created by an earlier layout that ended with exactly this shape (a service
+-- whose own migrations held them before this crate did): IF NOT EXISTS, CREATE OR REPLACE, nothing else.
 
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key              text        NOT NULL,

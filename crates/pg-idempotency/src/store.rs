@@ -55,8 +55,8 @@ pub trait IdempotentOperation {
 
 /// An operation the database runs whole in one statement, key included: a function of
 /// the schema that reserves the key as [`RESERVE`] does, writes, and completes the key
-/// as [`COMPLETE`] does, in autocommit (for `POST /charges`, `charges_create_once`,
-/// migration V13). One round trip and no plan to make per request, prepared or not,
+/// as [`COMPLETE`] does, in autocommit (composed from this crate's SQL functions
+/// `idempotency_key_reserve` and `idempotency_key_complete`). One round trip and no plan to make per request, prepared or not,
 /// which is what keeps a transaction pooler's path as fast as the direct one.
 ///
 /// [`IdempotencyStore::run_one_statement`] runs it with the same replay cache, retry
@@ -268,10 +268,10 @@ ON CONFLICT (key, endpoint) DO UPDATE
 
 /// `IdempotencyKeyAwaitStandbys`: run before answering from a key's row in the
 /// transaction path (a replay, a payload conflict): returns once the synchronous
-/// standbys have the row (`idempotency_await_standbys`, migration V14; at once without a
+/// standbys have the row (`idempotency_await_standbys`; at once without a
 /// synchronous standby). A commit whose own wait for the standbys was cancelled stays
-/// visible on the primary: answering from it unconfirmed would acknowledge a charge a
-/// failover loses. The statement's timeout or a cancel ends the wait as a 503. The
+/// visible on the primary: answering from it unconfirmed would acknowledge an operation
+/// a failover loses. The statement's timeout or a cancel ends the wait as a 503. The
 /// one-statement path does the same inside its function.
 pub const AWAIT_STANDBYS: Sql = Sql::new("SELECT idempotency_await_standbys()", &[]);
 

@@ -2,8 +2,8 @@
 -- published by relays that claim them with FOR UPDATE SKIP LOCKED.
 --
 -- Written so that it also adopts a database where these objects were created by an
--- earlier layout (the charges service's migrations V1–V15, which ended with exactly
--- this shape but for the aggregate_type defaults dropped below): IF NOT EXISTS, CREATE
+-- earlier layout that ended with exactly this shape but for the aggregate_type
+-- defaults dropped below (a service whose own migrations held them first): IF NOT EXISTS, CREATE
 -- OR REPLACE, and changes that leave an adopted table as a new one would be.
 
 CREATE TABLE IF NOT EXISTS outbox (

@@ -74,7 +74,7 @@ FOR UPDATE SKIP LOCKED",
 );
 
 /// `OutboxClaimPendingOrdered`: as `OutboxClaimPending`, but only the oldest unpublished
-/// event of each charge: a row is claimable once no event of its charge with a lower
+/// event of each aggregate: a row is claimable once no event of its aggregate with a lower
 /// sequence is unpublished (pending, waiting for a retry, claimed by another relay, or
 /// dead). The probe runs on `outbox_aggregate_sequence_idx`. The statement's snapshot
 /// can only make it more careful: a predecessor published after the snapshot still
@@ -253,7 +253,7 @@ pub struct OutboxStore;
 pub struct NewEvent<'a> {
     /// What consumers deduplicate on.
     pub id: Uuid,
-    /// Routes it to a topic (`charge`, `order`, …); its aggregate's events share it.
+    /// Routes it to a topic (`order`, `invoice`, …); its aggregate's events share it.
     pub aggregate_type: &'a str,
     pub aggregate_id: Uuid,
     /// The event's name, as consumers and the relay's catalog know it.
@@ -282,7 +282,7 @@ pub struct Origin {
 #[derive(Debug, Clone)]
 pub struct PendingEvent {
     pub id: Uuid,
-    /// Routes it to a topic (`charge`, …).
+    /// Routes it to a topic (`order`, …).
     pub aggregate_type: String,
     pub aggregate_id: Uuid,
     pub event_type: String,
@@ -343,7 +343,7 @@ pub struct PublishFailure {
     pub dead: bool,
 }
 
-/// A dead row, as `charges-relay dead list|show` shows it.
+/// A dead row, as a relay's dead-row commands show it.
 #[derive(Debug, Clone)]
 pub struct DeadEvent {
     pub id: Uuid,

@@ -13,7 +13,7 @@
 //! the server sends after the notice, reaches the caller. The caller's commit then
 //! fails as "connection closed", an unavailable database ([`crate::StoreError`]): the
 //! API answers `503` with `Retry-After`, and the client's retry with the same key
-//! replays the charge if it survived or creates it once if a failover dropped it. The
+//! replays the operation if it survived or runs it once if a failover dropped it. The
 //! relay's batch fails the same way and its rows are published again (at least once).
 
 use deadpool_postgres::Connect;

@@ -1,0 +1,134 @@
+//! The crate graph is the architecture: Postgres plumbing at the bottom, each mechanism
+//! on it knowing nothing of the other or of charges, the charges domain on both, the
+//! binaries on top. Read off `cargo metadata`, so a dependency added anywhere (normal,
+//! dev or build) that points the wrong way fails here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use charges_tests::manifests::repo;
+use serde_json::Value;
+
+const PLUMBING: &str = "pg-plumbing";
+/// The building blocks another service adopts.
+const MECHANISMS: &[&str] = &["pg-idempotency", "pg-outbox"];
+
+/// Every workspace package and the workspace packages it depends on, of any kind.
+fn workspace_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        output.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    let members: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    packages
+        .iter()
+        .map(|package| {
+            let name = package["name"].as_str().expect("name").to_owned();
+            let manifest = PathBuf::from(package["manifest_path"].as_str().expect("manifest"));
+            let dir = manifest.parent().expect("package dir").to_owned();
+            let depends_on = package["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| members.contains(d))
+                .map(str::to_owned)
+                .collect();
+            (name, (dir, depends_on))
+        })
+        .collect()
+}
+
+#[test]
+fn dependencies_point_from_the_domain_down_to_the_mechanisms_and_the_plumbing() {
+    let graph = workspace_graph();
+    let plumbing = &graph.get(PLUMBING).expect("the plumbing crate").1;
+    assert!(plumbing.is_empty(), "{PLUMBING} depends on {plumbing:?}");
+    for mechanism in MECHANISMS {
+        let (_, depends_on) = graph
+            .get(*mechanism)
+            .unwrap_or_else(|| panic!("no crate {mechanism}"));
+        let allowed = BTreeSet::from([PLUMBING.to_owned()]);
+        assert!(
+            depends_on.is_subset(&allowed),
+            "{mechanism} may build on {PLUMBING} only, not on {:?}",
+            depends_on.difference(&allowed).collect::<Vec<_>>()
+        );
+    }
+    // Nothing outside the charges service builds on it: the mechanisms, the plumbing
+    // and any other service in the workspace stay usable without charges.
+    for (name, (_, depends_on)) in &graph {
+        if name.starts_with("charges-") {
+            continue;
+        }
+        let on_charges: Vec<_> = depends_on
+            .iter()
+            .filter(|d| d.starts_with("charges-"))
+            .collect();
+        assert!(on_charges.is_empty(), "{name} depends on {on_charges:?}");
+    }
+    // And the charges domain is built on both mechanisms.
+    let domain = &graph.get("charges-store").expect("charges-store").1;
+    for mechanism in MECHANISMS {
+        assert!(
+            domain.contains(*mechanism),
+            "charges-store lacks {mechanism}"
+        );
+    }
+}
+
+/// Every file of `dir` but build output, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                found.extend(files(&path));
+            }
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn the_mechanisms_and_the_plumbing_never_name_charges_or_refunds() {
+    let graph = workspace_graph();
+    let mut named = Vec::new();
+    for name in MECHANISMS.iter().chain([&PLUMBING]) {
+        let (dir, _) = &graph[*name];
+        for file in files(dir) {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            for (number, line) in text.lines().enumerate() {
+                let lower = line.to_lowercase();
+                if lower.contains("charge") || lower.contains("refund") {
+                    named.push(format!("{}:{}: {line}", file.display(), number + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "domain words in the building blocks:\n{}",
+        named.join("\n")
+    );
+}
