@@ -13,12 +13,14 @@
 #   latency      commit → broker acknowledgement, idle and under load
 #   ha           with a synchronous standby: new charges, the relay with and without its
 #                replication gate, commit → ack
+#   previous     new charges (direct and through PgBouncer) and the relay vs an earlier
+#                build (BENCH_PREVIOUS_REF, built in target/bench/previous-target)
 # Writes target/bench/latest.json and target/bench/scale.svg, and prints a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/bench/lib.sh
-stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency ha}"
+stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency ha previous}"
 
 cleanup() { restore_cores; stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 const PLUMBING: &str = "pg-plumbing";
 /// The building blocks another service adopts.
-const MECHANISMS: &[&str] = &["pg-idempotency", "pg-outbox"];
+const MECHANISMS: &[&str] = &["pg-idempotency", "pg-outbox", "pg-inbox"];
 
 /// Every workspace package and the workspace packages it depends on, of any kind.
 fn workspace_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
@@ -82,13 +82,15 @@ fn dependencies_point_from_the_domain_down_to_the_mechanisms_and_the_plumbing() 
             .collect();
         assert!(on_charges.is_empty(), "{name} depends on {on_charges:?}");
     }
-    // And the charges domain is built on both mechanisms.
-    let domain = &graph.get("charges-store").expect("charges-store").1;
-    for mechanism in MECHANISMS {
-        assert!(
-            domain.contains(*mechanism),
-            "charges-store lacks {mechanism}"
-        );
+    // And the charges service is built on them: its store on the key and the outbox,
+    // its consumer on the inbox.
+    for (user, mechanism) in [
+        ("charges-store", "pg-idempotency"),
+        ("charges-store", "pg-outbox"),
+        ("charges-consumer", "pg-inbox"),
+    ] {
+        let depends_on = &graph.get(user).expect("charges crate").1;
+        assert!(depends_on.contains(mechanism), "{user} lacks {mechanism}");
     }
 }
 

@@ -3,20 +3,16 @@
 //! and says how to turn the body into an [`IdempotentOperation`]. The database side
 //! (reserve, replay, store) is `charges_store::IdempotencyStore`.
 
-use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
-use charges_domain::{IdempotencyKey, InvalidIdempotencyKey};
-use charges_store::{IdempotentOutcome, StoredResponse};
+use charges_domain::IdempotencyKey;
+use charges_store::IdempotentOutcome;
+use pg_idempotency::actix::{self as http_side, IdempotencyRejection};
 
 use crate::AppState;
 use crate::auth;
 use crate::body;
 use crate::metrics;
 use crate::problem::ApiError;
-
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// Runs a mutating request at most once per `(Idempotency-Key, endpoint)`, and per
 /// client when authentication is on ([`auth::idempotency_scope`]): one client's key
@@ -71,47 +67,18 @@ pub trait Idempotent {
     ) -> Result<IdempotentOutcome, ApiError>;
 }
 
-/// Exactly one `Idempotency-Key` header, parsed. Several headers are refused rather
-/// than guessed at, since they could name different operations.
+/// Exactly one `Idempotency-Key` header, parsed.
 pub fn key_from(request: &HttpRequest) -> Result<IdempotencyKey, ApiError> {
-    let mut values = request.headers().get_all(IDEMPOTENCY_KEY);
-    let first = values.next().ok_or(InvalidIdempotencyKey::Missing)?;
-    if values.next().is_some() {
-        return Err(InvalidIdempotencyKey::Repeated.into());
-    }
-    Ok(IdempotencyKey::parse(first.as_bytes())?)
+    Ok(http_side::key_from(request)?)
 }
 
-/// The response for an outcome: the stored one (marked when replayed), or a problem.
+/// The response for an outcome: the stored one (marked when replayed), or a problem
+/// of this API's.
 fn respond(outcome: IdempotentOutcome) -> Result<HttpResponse, ApiError> {
-    match outcome {
-        IdempotentOutcome::Executed(stored) => Ok(stored_response(stored, false)),
-        IdempotentOutcome::Replayed(stored) => Ok(stored_response(stored, true)),
-        IdempotentOutcome::InFlight => Err(ApiError::KeyInFlight),
-        IdempotentOutcome::PayloadConflict => Err(ApiError::KeyReusedWithDifferentPayload),
-    }
-}
-
-fn stored_response(stored: StoredResponse, replayed: bool) -> HttpResponse {
-    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status);
-    response.insert_header((
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    ));
-    for (name, value) in &stored.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::try_from(value.as_str()),
-        ) {
-            response.insert_header((name, value));
-        }
-    }
-    if replayed {
-        response.insert_header((
-            HeaderName::from_static(IDEMPOTENT_REPLAYED),
-            HeaderValue::from_static("true"),
-        ));
-    }
-    response.body(stored.body)
+    http_side::respond(outcome).map_err(|rejection| match rejection {
+        IdempotencyRejection::InvalidKey(e) => ApiError::InvalidIdempotencyKey(e),
+        IdempotencyRejection::InFlight => ApiError::KeyInFlight,
+        IdempotencyRejection::PayloadConflict => ApiError::KeyReusedWithDifferentPayload,
+        IdempotencyRejection::Store(e) => ApiError::Store(e),
+    })
 }

@@ -3,9 +3,10 @@
 
 use deadpool_postgres::Pool;
 
+use pg_inbox::{Delivery, Inbox, Processed, Source};
+
 use crate::ConsumerError;
 use crate::event::Event;
-use crate::inbox::{InboxStore, Source};
 use crate::ledger::LedgerStore;
 use crate::positions::PositionStore;
 
@@ -21,31 +22,35 @@ pub enum Applied {
     Duplicate,
 }
 
-/// The inbox insert and the effect, in one transaction; with `check_order`, the
-/// charge's position too.
+/// The inbox row and the effect, in one transaction (`pg_inbox`); with `check_order`,
+/// the charge's position too.
 pub async fn apply(
     pool: &Pool,
     event: &Event,
     source: Source<'_>,
     check_order: bool,
 ) -> Result<Applied, ConsumerError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    if !InboxStore::insert(&tx, event.id, &event.event_type, source).await? {
-        // Rolling back or committing is the same here: nothing was written.
-        tx.rollback().await?;
-        return Ok(Applied::Duplicate);
-    }
-    if let Some(entry) = &event.entry {
-        LedgerStore::apply(&tx, entry).await?;
-    }
-    let mut applied = Applied::Applied;
-    if let (true, Some((aggregate_id, sequence))) = (check_order, event.position) {
-        let previous = PositionStore::advance(&tx, aggregate_id, sequence).await?;
-        if previous.unwrap_or(0) != sequence - 1 {
-            applied = Applied::AppliedOutOfOrder { previous };
+    let delivery = Delivery {
+        id: event.id,
+        event_type: &event.event_type,
+        source,
+    };
+    let processed = Inbox::process(pool, &delivery, async |tx| {
+        if let Some(entry) = &event.entry {
+            LedgerStore::apply(tx, entry).await?;
         }
-    }
-    tx.commit().await?;
-    Ok(applied)
+        let mut applied = Applied::Applied;
+        if let (true, Some((aggregate_id, sequence))) = (check_order, event.position) {
+            let previous = PositionStore::advance(tx, aggregate_id, sequence).await?;
+            if previous.unwrap_or(0) != sequence - 1 {
+                applied = Applied::AppliedOutOfOrder { previous };
+            }
+        }
+        Ok::<_, ConsumerError>(applied)
+    })
+    .await?;
+    Ok(match processed {
+        Processed::Applied(applied) => applied,
+        Processed::Duplicate => Applied::Duplicate,
+    })
 }

@@ -16,9 +16,9 @@ use tracing::Instrument;
 
 use crate::apply::{Applied, apply};
 use crate::event::{Event, Message, decode};
-use crate::inbox::Source;
 use crate::parked::ParkedStore;
 use crate::{ConsumerError, error_chain, metrics};
+use pg_inbox::Source;
 
 /// How messages are handled (from the command line).
 #[derive(Debug, Clone, Copy)]

@@ -38,7 +38,6 @@ mod consume;
 mod error;
 pub mod event;
 mod handle;
-pub mod inbox;
 pub mod ledger;
 pub mod metrics;
 pub mod migrations;

@@ -21,8 +21,10 @@ pub const CONSUMER: SchemaSet = SchemaSet::new(
 /// Serializes concurrent migrators (several consumer replicas started with `--migrate`).
 const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7302; // "charges\x02"
 
-/// Applies every pending consumer migration.
+/// Applies every pending consumer migration, then the inbox's (`pg_inbox`), which
+/// adopts the `processed_events` table this consumer's first migration created before
+/// the inbox was a crate of its own.
 pub async fn run(pool: &Pool) -> Result<(), ConsumerError> {
-    pg_plumbing::migrations::apply(pool, MIGRATION_LOCK, &[CONSUMER]).await?;
+    pg_plumbing::migrations::apply(pool, MIGRATION_LOCK, &[CONSUMER, pg_inbox::schema()]).await?;
     Ok(())
 }

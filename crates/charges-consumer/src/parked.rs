@@ -5,7 +5,7 @@ use tokio_postgres::types::Type;
 
 use crate::ConsumerError;
 use crate::event::Message;
-use crate::inbox::Source;
+use pg_inbox::Source;
 
 pub struct ParkedStore;
 

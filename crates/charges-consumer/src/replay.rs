@@ -8,9 +8,9 @@ use charges_runtime::secrets::ExposeSecret;
 use crate::apply::{Applied, apply};
 use crate::config::{Ordering, ParkedAction, ParkedArgs};
 use crate::event::decode;
-use crate::inbox::Source;
 use crate::parked::{Parked, ParkedStore};
 use crate::{ConsumerError, error_chain};
+use pg_inbox::Source;
 
 fn out(text: std::fmt::Arguments<'_>) -> Result<(), ConsumerError> {
     std::io::stdout()

@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "actix-web")]
+pub mod actix;
 mod fingerprint;
 mod key;
 mod replay_cache;
