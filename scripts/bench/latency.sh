@@ -27,7 +27,7 @@ latency_run() {
   settle "$target"
   start_api "$target"
   log="$out_dir/relay-latency-$label.log"
-  RUST_LOG=warn,charges_relay=info "$bin/charges-relay" --database-url "$target" --kafka-brokers "$brokers" \
+  RUST_LOG=warn,charges_relay=info,pg_outbox=info "$bin/charges-relay" --database-url "$target" --kafka-brokers "$brokers" \
     --metrics-listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
   relay=$!; pids+=("$relay")
   wait_until 30 "the relay to start (log: $log)" grep -q "relay started" "$log"

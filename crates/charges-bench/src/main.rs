@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use charges_domain::CreateCharge;
 use clap::{Parser, Subcommand};
 use futures::StreamExt;
+use pg_outbox::relay::ProducerSettings;
 use rdkafka::producer::FutureRecord;
 
 #[derive(Debug, Parser)]
@@ -352,8 +353,15 @@ async fn produce(
         .await
         .map_err(|e| e.to_string())?;
     let messages: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let producer = charges_relay::publish::producer(brokers, Duration::from_secs(30), &[])
-        .map_err(|e| e.to_string())?;
+    // The relay's own producer settings (client.id included), so that the floor is the
+    // relay's producer without the relay.
+    let producer = pg_outbox::relay::publish::producer(&ProducerSettings {
+        brokers: brokers.to_owned(),
+        client_id: "charges-relay".to_owned(),
+        publish_timeout: Duration::from_secs(30),
+        extra: Vec::new(),
+    })
+    .map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut sends = futures::stream::iter(messages.iter().map(|(id, payload)| {
         let producer = &producer;

@@ -7,12 +7,12 @@ use charges_maintenance::{PurgeExpiredKeys, RunOutcome};
 use charges_runtime::DatabaseArgs;
 use charges_runtime::secrets::ExposeSecret;
 use charges_store::{DeadEvent, GenericClient, OutboxStore, Pool};
+use pg_outbox::relay::failure::{FailureKind, kind_of_stored_error};
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::RelayError;
 use crate::config::{DeadAction, DeadArgs, RequeueArgs};
-use crate::failure::{FailureKind, kind_of_stored_error};
 
 async fn connect(database: &DatabaseArgs, application_name: &str) -> Result<Pool, RelayError> {
     Ok(charges_store::connect(

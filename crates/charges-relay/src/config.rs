@@ -76,6 +76,15 @@ pub enum MessageKey {
     AggregateId,
 }
 
+impl From<MessageKey> for pg_outbox::relay::MessageKey {
+    fn from(key: MessageKey) -> Self {
+        match key {
+            MessageKey::OutboxId => pg_outbox::relay::MessageKey::OutboxId,
+            MessageKey::AggregateId => pg_outbox::relay::MessageKey::AggregateId,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Ordering {
     /// Rows are published oldest first but concurrently; a retried row goes out after

@@ -24,12 +24,10 @@ pub enum RelayError {
     Output(#[source] std::io::Error),
     #[error(transparent)]
     DeadCommand(#[from] crate::commands::DeadCommandError),
-    /// The replication gate's standbys had not flushed a batch's WAL within its bound.
-    #[error(
-        "the standbys (--wait-for-standbys) have not confirmed WAL position {position} within \
-         the batch's bound ({lag}); its rows stay pending"
-    )]
-    StandbysBehind { position: String, lag: String },
+    /// The relay engine's (the listener's start): transparent, so that a database
+    /// failure reads as [`RelayError::Store`]'s does.
+    #[error(transparent)]
+    Engine(#[from] pg_outbox::relay::EngineError),
 }
 
 impl From<deadpool_postgres::PoolError> for RelayError {
@@ -41,19 +39,6 @@ impl From<deadpool_postgres::PoolError> for RelayError {
 impl From<tokio_postgres::Error> for RelayError {
     fn from(error: tokio_postgres::Error) -> Self {
         RelayError::Store(error.into())
-    }
-}
-
-impl RelayError {
-    /// The database could not be reached: worth a retry, not an ERROR per attempt.
-    pub fn is_database_unavailable(&self) -> bool {
-        matches!(self, RelayError::Store(e) if e.is_unavailable())
-    }
-
-    /// Something outside the relay is down or behind (the database, the standbys): a
-    /// WARN and a retry after a pause, never a sign that the relay itself is broken.
-    pub fn is_outage(&self) -> bool {
-        self.is_database_unavailable() || matches!(self, RelayError::StandbysBehind { .. })
     }
 }
 

@@ -1,22 +1,18 @@
 //! `charges-relay`: publishes committed `outbox` rows to Kafka, at least once, and runs
 //! the database's maintenance jobs (`charges_maintenance`).
 //!
-//! How a batch works, why the claim is a row lock held by the batch's transaction and
-//! not a claimed state, and what is guaranteed: docs/design.md, "The relay".
+//! The relay itself is `pg_outbox`'s engine (`pg_outbox::relay`); this crate is the
+//! process around it: flags, the operations port, readiness, signals, the maintenance
+//! jobs, and what the engine cannot know of charges (the event catalog and the trace
+//! context, in `publish`). How a batch works, why the claim is a row lock held by the
+//! batch's transaction and not a claimed state, and what is guaranteed:
+//! docs/design.md, "The relay".
 
-pub mod backoff;
-pub mod broker;
 mod commands;
 pub mod config;
-pub mod cursor;
 mod error;
-pub mod failure;
-pub mod gate;
-pub mod listener;
 pub mod metrics;
 pub mod publish;
-pub mod relay;
-pub mod wakeup;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,18 +22,29 @@ use charges_runtime::ops::OpsServer;
 use charges_runtime::readiness::Health;
 use charges_runtime::secrets::ExposeSecret;
 use charges_store::{Pool, PoolSettings};
+use pg_outbox::relay::{
+    Backoff, BatchHealth, BrokerHealth, MessageKey, MessageSettings, Pacing, ProducerSettings,
+    Producers, Relay, RelaySettings, TRANSACTION_MARGIN, WakeupRequest, batch_loop, listener,
+    probe_outages,
+};
 use rdkafka::producer::Producer;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 pub use error::{RelayError, error_chain};
 
-use crate::backoff::Backoff;
-use crate::broker::BrokerHealth;
-use crate::config::{Cli, Command, MessageKey, Ordering, RunArgs};
-use crate::publish::MessageSettings;
-use crate::relay::{Pacing, Relay, RelaySettings, TRANSACTION_MARGIN, batch_loop};
-use crate::wakeup::WakeupRequest;
+use crate::config::{Cli, Command, Ordering, RunArgs};
+use crate::publish::{ChargesEvents, ChargesTracing};
+
+/// Names the relay's pool and its LISTEN session in `pg_stat_activity`, and its
+/// producer to the brokers (`client.id`).
+const APPLICATION_NAME: &str = "charges-relay";
+/// The LISTEN session's `application_name`, apart from the pool's.
+const LISTENER_APPLICATION_NAME: &str = "charges-relay-listener";
+/// Why there is no LISTEN session, in this binary's flags (`listener::poll_only`).
+const POLL_ONLY: &str = "--db-pooler transaction without --listen-database-url; \
+     new rows are found by polling only. Give --listen-database-url Postgres's own \
+     URL to publish within milliseconds of each commit";
 
 /// Every secret on the command line, for the log redactor: the database passwords (of
 /// --database-url and --listen-database-url) and the values of secret `--kafka-config`
@@ -88,9 +95,12 @@ impl RunArgs {
                 key: if ordered {
                     MessageKey::AggregateId
                 } else {
-                    self.message_key.unwrap_or(MessageKey::OutboxId)
+                    self.message_key
+                        .map_or(MessageKey::OutboxId, MessageKey::from)
                 },
                 event_source: self.event_source.clone(),
+                catalog: Arc::new(ChargesEvents),
+                tracing: Arc::new(ChargesTracing),
             },
             ordered,
             batch_size: self.batch_size,
@@ -116,11 +126,12 @@ pub async fn run(
     if args.migrate {
         charges_store::migrations::run(&pool).await?;
     }
-    let producers = Arc::new(publish::Producers::new(
-        &args.kafka_brokers,
-        args.publish_timeout,
-        &args.kafka.resolved,
-    )?);
+    let producers = Arc::new(Producers::new(ProducerSettings {
+        brokers: args.kafka_brokers.clone(),
+        client_id: APPLICATION_NAME.to_owned(),
+        publish_timeout: args.publish_timeout,
+        extra: args.kafka.resolved.clone(),
+    })?);
     let ops = Operations::start(&args, &pool)?;
     let mut signal = Box::pin(charges_runtime::shutdown_signal().map_err(RelayError::Signal)?);
     // A relay deployed before its migration ran would fail every batch: it waits,
@@ -159,6 +170,22 @@ pub async fn run(
             Ok(())
         }
         Some(error) => Err(error),
+    }
+}
+
+/// The batch loops' name in `/readyz`.
+const BATCHES: &str = "relay batches";
+
+/// The engine's batch loops reporting to the process's readiness as [`BATCHES`].
+struct BatchReadiness(Arc<Health>);
+
+impl BatchHealth for BatchReadiness {
+    fn batch_succeeded(&self) {
+        self.0.ok(BATCHES);
+    }
+
+    fn batch_failed(&self, consecutive: u32, reason: String) {
+        self.0.failed(BATCHES, consecutive, reason);
     }
 }
 
@@ -209,7 +236,7 @@ impl Workers {
         database: &charges_runtime::DatabaseArgs,
         args: &RunArgs,
         pool: Pool,
-        producers: Arc<publish::Producers>,
+        producers: Arc<Producers>,
         health: &Arc<Health>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Workers, RelayError> {
@@ -217,13 +244,20 @@ impl Workers {
         let listen_url = listen_url(database, args);
         let listener = match listen_url {
             Some(url) => {
-                listener::start(url, &database.tls(), wake.clone(), shutdown.clone()).await?
+                listener::start(
+                    url,
+                    LISTENER_APPLICATION_NAME,
+                    &database.tls(),
+                    wake.clone(),
+                    shutdown.clone(),
+                )
+                .await?
             }
-            None => listener::poll_only(args.poll_interval),
+            None => listener::poll_only(args.poll_interval, POLL_ONLY),
         };
         let jobs = start_jobs(&pool, args, health.clone(), shutdown.clone());
         let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
-        let prober = tokio::spawn(broker::probe_outages(
+        let prober = tokio::spawn(probe_outages(
             broker.clone(),
             producers.clone(),
             args.topic.clone(),
@@ -236,7 +270,7 @@ impl Workers {
             producers,
             args.relay_settings(),
             broker,
-            health.clone(),
+            Arc::new(BatchReadiness(health.clone())),
         ));
         let wakeup = Arc::new(WakeupRequest::new(
             relay_pool,
@@ -334,7 +368,7 @@ async fn connect(
             max_size: args.batch_loops() + 4,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: settings.transaction_timeout(),
-            application_name: "charges-relay".to_owned(),
+            application_name: APPLICATION_NAME.to_owned(),
             tls: database.tls(),
             pooler: database.db_pooler.into(),
         },

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 mod claim;
+#[cfg(feature = "kafka")]
+pub mod relay;
 pub mod replication;
 mod schema;
 pub mod store;

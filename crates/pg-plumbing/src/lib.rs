@@ -10,7 +10,7 @@ mod unreplicated_commit;
 
 pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
 pub use error::StoreError;
-pub use metric_names::{DEFAULT_NAMESPACE, MetricNames, metric_names, set_namespace};
+pub use metric_names::{DEFAULT_NAMESPACE, MetricNames, metric_names, namespace, set_namespace};
 pub use migrations::{SchemaSet, SchemaStatus};
 pub use pool::{PoolSettings, connect, detect_dead_peers};
 pub use statements::{Connection, Pooler, Sql};

@@ -15,6 +15,9 @@ pub const DEFAULT_NAMESPACE: &str = "pg";
 /// The counters this crate increments, fully named.
 #[derive(Debug, PartialEq, Eq)]
 pub struct MetricNames {
+    /// The namespace itself, for crates that name metrics of their own under it (the
+    /// outbox relay's `<ns>_relay_…`).
+    pub namespace: &'static str,
     /// Waits for a pooled connection that timed out: `<ns>_db_pool_timeouts_total`.
     pub pool_timeouts: &'static str,
     /// Commits whose wait for synchronous replication was cancelled, each answered as
@@ -36,6 +39,13 @@ pub fn metric_names() -> &'static MetricNames {
     set_namespace(DEFAULT_NAMESPACE)
 }
 
+/// The namespace in force: the one set first, or [`DEFAULT_NAMESPACE`]. Asking fixes
+/// it, as [`metric_names`] does, so a service sets its own before anything names a
+/// metric.
+pub fn namespace() -> &'static str {
+    metric_names().namespace
+}
+
 impl MetricNames {
     fn under(namespace: &str) -> Self {
         // Leaked once per process: the `metrics` macros want `'static` names, and
@@ -44,6 +54,7 @@ impl MetricNames {
             Box::leak(format!("{namespace}_{suffix}").into_boxed_str())
         };
         MetricNames {
+            namespace: Box::leak(namespace.to_owned().into_boxed_str()),
             pool_timeouts: name("db_pool_timeouts_total"),
             unreplicated_commits: name("db_unreplicated_commits_total"),
         }
@@ -57,6 +68,7 @@ mod tests {
     #[test]
     fn names_carry_the_namespace() {
         let names = MetricNames::under("payments");
+        assert_eq!(names.namespace, "payments");
         assert_eq!(names.pool_timeouts, "payments_db_pool_timeouts_total");
         assert_eq!(
             names.unreplicated_commits,

@@ -3,16 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charges_store::{DatabaseTls, OutboxStore, OutboxWakeupStore};
 use futures::StreamExt;
+use pg_plumbing::{DatabaseTls, StoreError};
 use postgres_openssl::MakeTlsConnector;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Connection};
 
-use crate::RelayError;
-use crate::metrics::LISTENER_CONNECTED;
+use crate::relay::error::{EngineError, error_chain};
+use crate::relay::metrics;
+use crate::{OutboxStore, OutboxWakeupStore};
 
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
 const RECONNECT_MAX: Duration = Duration::from_secs(30);
@@ -29,7 +30,7 @@ async fn listen(
     config: &tokio_postgres::Config,
     tls: Option<&MakeTlsConnector>,
     wake: &Arc<Notify>,
-) -> Result<Session, RelayError> {
+) -> Result<Session, EngineError> {
     let (client, connection) = match tls {
         Some(tls) => {
             let (client, connection) = config.connect(tls.clone()).await?;
@@ -76,35 +77,36 @@ where
 /// LISTENs once (failing start-up if it cannot), then keeps the session alive in the
 /// background: when the connection drops it reconnects with exponential backoff. The
 /// relay keeps polling meanwhile, so a lost listener only costs latency.
+/// `application_name` names the session in `pg_stat_activity`, apart from the pool's.
 pub async fn start(
     database_url: &str,
+    application_name: &str,
     tls: &DatabaseTls,
     wake: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, RelayError> {
-    let mut config: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(charges_store::StoreError::DatabaseUrl)?;
-    config.application_name("charges-relay-listener");
+) -> Result<JoinHandle<()>, EngineError> {
+    let mut config: tokio_postgres::Config =
+        database_url.parse().map_err(StoreError::DatabaseUrl)?;
+    config.application_name(application_name);
     config.connect_timeout(Duration::from_secs(5));
-    charges_store::detect_dead_peers(&mut config);
+    pg_plumbing::detect_dead_peers(&mut config);
     let tls = if DatabaseTls::required_by(&config) {
         Some(tls.connector()?)
     } else {
         None
     };
     let mut session = listen(&config, tls.as_ref(), &wake).await?;
-    metrics::gauge!(LISTENER_CONNECTED).set(1.0);
+    metrics::listener_connected(true);
     Ok(tokio::spawn(async move {
         loop {
             tokio::select! {
                 ended = &mut session.connection => {
                     let reason = match ended {
                         Ok(Ok(())) => "closed by the server".to_owned(),
-                        Ok(Err(e)) => crate::error_chain(&e),
+                        Ok(Err(e)) => error_chain(&e),
                         Err(e) => e.to_string(),
                     };
-                    metrics::gauge!(LISTENER_CONNECTED).set(0.0);
+                    metrics::listener_connected(false);
                     tracing::warn!(reason, "listener connection lost; polling until it is back");
                 }
                 _ = shutdown.changed() => return,
@@ -117,12 +119,12 @@ pub async fn start(
                 }
                 match listen(&config, tls.as_ref(), &wake).await {
                     Ok(session) => {
-                        metrics::gauge!(LISTENER_CONNECTED).set(1.0);
+                        metrics::listener_connected(true);
                         tracing::info!("listener reconnected");
                         break session;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %crate::error_chain(&e), retry_in = ?delay, "listener reconnect failed");
+                        tracing::warn!(error = %error_chain(&e), retry_in = ?delay, "listener reconnect failed");
                         delay = (delay * 2).min(RECONNECT_MAX);
                     }
                 }
@@ -131,15 +133,15 @@ pub async fn start(
     }))
 }
 
-/// No LISTEN session: behind a transaction pooler without `--listen-database-url`.
-/// Said once, loudly, and in the gauge: every commit then waits for the next poll.
-pub fn poll_only(poll_interval: Duration) -> JoinHandle<()> {
-    metrics::gauge!(LISTENER_CONNECTED).set(0.0);
+/// No LISTEN session (behind a transaction pooler, whose sessions last a transaction,
+/// with no direct URL to listen on). Said once, loudly, and in the gauge: every commit
+/// then waits for the next poll. `why` is the binary's explanation, in its own terms
+/// (its flags), of why and what to do about it.
+pub fn poll_only(poll_interval: Duration, why: &str) -> JoinHandle<()> {
+    metrics::listener_connected(false);
     tracing::warn!(
         poll_interval = %humantime::format_duration(poll_interval),
-        "no LISTEN session: --db-pooler transaction without --listen-database-url; \
-         new rows are found by polling only. Give --listen-database-url Postgres's own \
-         URL to publish within milliseconds of each commit"
+        "no LISTEN session: {why}"
     );
     tokio::spawn(async {})
 }

@@ -1,15 +1,21 @@
 //! Asking for notifications. An idle relay asks inserts to notify (`outbox_wakeup`); a
-//! busy one withdraws and polls after `--busy-poll-interval`, because a transaction
-//! that notifies commits only after every other notifying transaction before it
-//! (migration V9). So under load no charge's commit waits for a NOTIFY, and an
-//! isolated charge still wakes an idle relay at once.
+//! busy one withdraws and polls after [`Pacing::busy_poll_interval`], because a
+//! transaction that notifies commits only after every other notifying transaction
+//! before it (migration V9). So under load no writer's commit waits for a NOTIFY, and
+//! an isolated event still wakes an idle relay at once.
+//!
+//! [`Pacing::busy_poll_interval`]: crate::relay::Pacing::busy_poll_interval
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use charges_store::{OutboxWakeupStore, Pool, StoreError};
+use pg_plumbing::{Pool, StoreError};
 
+use crate::OutboxWakeupStore;
+use crate::relay::error::error_chain;
+
+/// One process's request for notifications, shared by its batch loops.
 pub struct WakeupRequest {
     pool: Pool,
     /// This process asked and has not withdrawn since.
@@ -79,7 +85,7 @@ impl WakeupRequest {
             }
             Err(e) => tracing::debug!(
                 requested,
-                error = %crate::error_chain(&e),
+                error = %error_chain(&e),
                 "could not write the wake-up request; polling covers it"
             ),
         }

@@ -15,11 +15,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{FutureProducer, Producer};
-
-use crate::publish::Producers;
 use tokio::sync::watch;
 
-use crate::metrics;
+use crate::relay::metrics;
+use crate::relay::publish::Producers;
 
 /// The shared view of the broker.
 pub struct BrokerHealth {

@@ -9,12 +9,14 @@
 //! - [`FailureKind::Rejected`] — *not this message*: the broker, or librdkafka before
 //!   it, refuses the message itself (too large, invalid record, a timestamp outside
 //!   the topic's bounds). Sending it again cannot help; only these count towards
-//!   `--max-attempts` and can make a row dead.
+//!   [`RelaySettings::max_attempts`] and can make a row dead.
 //!
 //! The rejections are listed; every other error code is an availability error. A code
 //! this list does not know therefore never kills an event: the worst it does is keep
-//! a row pending (and `OutboxOldestPendingTooOld` fires), where the opposite mistake
-//! would turn an outage into dead rows.
+//! a row pending (and an alert on the oldest pending row's age fires), where the
+//! opposite mistake would turn an outage into dead rows.
+//!
+//! [`RelaySettings::max_attempts`]: crate::relay::RelaySettings::max_attempts
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -87,8 +89,9 @@ impl PublishError {
         }
     }
 
-    /// What `outbox.last_error` stores: the kind first, so that operators (and
-    /// `dead requeue --unavailable`) can tell the two apart.
+    /// What `outbox.last_error` stores: the kind first, so that operators (and a
+    /// requeue of the rows an outage killed, [`kind_of_stored_error`]) can tell the two
+    /// apart.
     pub fn stored_text(&self) -> String {
         format!("{}: {}", kind_prefix(self.kind), self.message)
     }

@@ -1,8 +1,10 @@
-//! The replication gate (`--wait-for-standbys`): no event is published before the
-//! standbys a failover would promote have its commit. Without it, a commit that only
-//! the old primary had (an asynchronous standby behind, or a synchronous wait that was
-//! cancelled) can be published and then lost in the failover: an event for a charge
-//! that no longer exists.
+//! The replication gate ([`RelaySettings::standbys`]): no event is published before
+//! the standbys a failover would promote have its commit. Without it, a commit that
+//! only the old primary had (an asynchronous standby behind, or a synchronous wait that
+//! was cancelled) can be published and then lost in the failover: an event about a
+//! change that no longer exists.
+//!
+//! [`RelaySettings::standbys`]: crate::relay::RelaySettings::standbys
 //!
 //! The claim reports how far the WAL was flushed as it read its first row, at or past
 //! every claimed row's commit (`OutboxClaimPending`), and on which server; the batch is
@@ -22,12 +24,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use charges_store::{GateStandbys, Pool, ReplicationStore, StandbyFlush, WalPosition};
+use pg_plumbing::Pool;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::RelayError;
-use crate::metrics::{STANDBY_LAG, STANDBY_TIMEOUTS};
+use crate::relay::error::EngineError;
+use crate::relay::metrics;
+use crate::{GateStandbys, ReplicationStore, StandbyFlush, WalPosition};
 
 /// Between two questions while a batch waits: a synchronous standby flushes within a
 /// round trip or two, and a question is one short statement.
@@ -90,7 +93,7 @@ impl StandbyGate {
         position: WalPosition,
         claimed_at: Instant,
         bound: Duration,
-    ) -> Result<(), RelayError> {
+    ) -> Result<(), EngineError> {
         let mut answers = self.latest.subscribe();
         let _waiting = Waiting::enter(self);
         let deadline = tokio::time::Instant::now() + bound;
@@ -102,8 +105,8 @@ impl StandbyGate {
             if let Ok(Ok(())) = tokio::time::timeout_at(deadline, answers.changed()).await {
                 continue;
             }
-            metrics::counter!(STANDBY_TIMEOUTS).increment(1);
-            return Err(RelayError::StandbysBehind {
+            metrics::standby_timed_out();
+            return Err(EngineError::StandbysBehind {
                 position: position.to_string(),
                 lag: match answer.flush {
                     Some(flush) if flush.server != position.server => {
@@ -155,7 +158,7 @@ impl StandbyGate {
                     } => lag.max(0.0),
                     StandbyFlush { .. } => -1.0,
                 };
-                metrics::gauge!(STANDBY_LAG).set(lag);
+                metrics::standby_lag(lag);
                 Some(flush)
             }
             Err(error) => {

@@ -4,36 +4,49 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use charges_runtime::readiness::Health;
-use charges_store::{ClaimTransaction, GateStandbys, PendingEvent, Pool, PublishFailure};
 use chrono::{DateTime, Utc};
+use pg_plumbing::Pool;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
-use crate::backoff::Backoff;
-use crate::broker::BrokerHealth;
-use crate::cursor::ClaimCursor;
-use crate::failure::{FailureKind, PublishError};
-use crate::gate::{RunningGate, StandbyGate};
-use crate::publish::{MessageSettings, Producers, publish_batch};
-use crate::wakeup::WakeupRequest;
-use crate::{RelayError, error_chain, metrics};
+use crate::relay::backoff::Backoff;
+use crate::relay::broker::BrokerHealth;
+use crate::relay::cursor::ClaimCursor;
+use crate::relay::error::{EngineError, error_chain};
+use crate::relay::failure::{FailureKind, PublishError};
+use crate::relay::gate::{RunningGate, StandbyGate};
+use crate::relay::hooks::BatchHealth;
+use crate::relay::metrics;
+use crate::relay::publish::{MessageSettings, Producers, publish_batch};
+use crate::relay::wakeup::WakeupRequest;
+use crate::{ClaimTransaction, GateStandbys, PendingEvent, PublishFailure};
 
 /// Time allowed on top of the publish timeout for the claim transaction's own
 /// statements (claim, mark, record failures, commit) and scheduling delays.
 pub const TRANSACTION_MARGIN: Duration = Duration::from_secs(2);
 
+/// How one relay claims and publishes.
 #[derive(Debug, Clone)]
 pub struct RelaySettings {
     pub message: MessageSettings,
-    /// Claim only the oldest unpublished event of each aggregate.
+    /// Claim only the oldest unpublished event of each aggregate, so that an
+    /// aggregate's events reach the topic in commit order (with
+    /// [`MessageKey::AggregateId`]: Kafka orders within a partition only).
+    ///
+    /// [`MessageKey::AggregateId`]: crate::relay::MessageKey::AggregateId
     pub ordered: bool,
+    /// Rows claimed, and published concurrently, per transaction.
     pub batch_size: u32,
+    /// Upper bound on one batch's delivery (`message.timeout.ms`).
     pub publish_timeout: Duration,
     /// The replication gate: the standbys that must have a batch's WAL before it is
     /// published; `None`: off.
     pub standbys: Option<GateStandbys>,
+    /// Rejections (not outages: see [`failure`]) after which a row is set dead.
+    ///
+    /// [`failure`]: crate::relay::failure
     pub max_attempts: u32,
+    /// The retry delay of a row whose publish failed.
     pub backoff: Backoff,
 }
 
@@ -71,13 +84,14 @@ struct Answers {
     failures: Vec<PublishFailure>,
 }
 
+/// One relay process's engine, shared by its batch loops.
 pub struct Relay {
     pool: Pool,
     producers: Arc<Producers>,
     settings: RelaySettings,
     health: Arc<BrokerHealth>,
     /// The process's readiness: batches that keep failing make it not ready.
-    process: Arc<Health>,
+    process: Arc<dyn BatchHealth>,
     /// Shared by the batch loops: where their next claim starts.
     cursor: ClaimCursor,
     /// The replication gate, when on; shared by the batch loops.
@@ -85,12 +99,18 @@ pub struct Relay {
 }
 
 impl Relay {
+    /// The engine over `pool`, publishing through `producers`. `health` is the broker's
+    /// availability as this process sees it, shared with the probe that ends an outage
+    /// ([`probe_outages`]); `process` is told how the batches fare. Starts the
+    /// replication gate's watcher when `settings.standbys` asks for the gate.
+    ///
+    /// [`probe_outages`]: crate::relay::probe_outages
     pub fn new(
         pool: Pool,
         producers: Arc<Producers>,
         settings: RelaySettings,
         health: Arc<BrokerHealth>,
-        process: Arc<Health>,
+        process: Arc<dyn BatchHealth>,
     ) -> Relay {
         let gate = settings
             .standbys
@@ -121,7 +141,7 @@ impl Relay {
     /// [`TRANSACTION_MARGIN`], and the server ends it should the relay hang. If it
     /// fails for any reason nothing is marked, and acknowledged messages are published
     /// again later (at least once).
-    pub async fn run_batch(&self) -> Result<BatchOutcome, RelayError> {
+    pub async fn run_batch(&self) -> Result<BatchOutcome, EngineError> {
         let started = Instant::now();
         let (transaction, events) = self.claim().await?;
         let claimed_at = Instant::now();
@@ -168,7 +188,7 @@ impl Relay {
 
     /// Opens the transaction, bounds it server-side and locks the batch, scanning
     /// from the loops' shared cursor: one round trip (see [`ClaimTransaction`]).
-    async fn claim(&self) -> Result<(ClaimTransaction, Vec<PendingEvent>), RelayError> {
+    async fn claim(&self) -> Result<(ClaimTransaction, Vec<PendingEvent>), EngineError> {
         let limit = self.settings.batch_size as usize;
         let client = self.pool.get().await?;
         let (transaction, events) = ClaimTransaction::claim(
@@ -239,7 +259,8 @@ impl Relay {
                 id = %event.id,
                 rejections,
                 error = %error.message,
-                "outbox row is dead: the broker refused it --max-attempts times; `charges-relay dead show` / `dead requeue`"
+                max_attempts = self.settings.max_attempts,
+                "outbox row is dead: the broker refused it max_attempts times; the relay's dead-row commands show and requeue it"
             );
         } else {
             tracing::debug!(id = %event.id, attempts, rejections, error = %error.message, "publish failed");
@@ -311,9 +332,6 @@ impl Relay {
     }
 }
 
-/// The batch loops' name in `/readyz`.
-const BATCHES: &str = "relay batches";
-
 /// When a batch loop looks for rows without being asked to.
 #[derive(Debug, Clone, Copy)]
 pub struct Pacing {
@@ -324,7 +342,7 @@ pub struct Pacing {
     pub busy_poll_interval: Duration,
 }
 
-/// One of the `--concurrency` loops: batch after batch while batches come back full;
+/// One of a process's batch loops: batch after batch while batches come back full;
 /// after a partial batch, the next one after the busy pause; after an empty one, it
 /// asks for a notification, looks once more, and waits for the notification, the
 /// poll interval or shutdown. Loops share the producer and the pool; `SKIP LOCKED`
@@ -352,7 +370,7 @@ pub async fn batch_loop(
         let wait = match relay.run_batch().await {
             Ok(outcome) => {
                 consecutive_errors = 0;
-                relay.process.ok(BATCHES);
+                relay.process.batch_succeeded();
                 if outcome.claimed > 0 {
                     wakeup.withdraw().await;
                     asked = false;
@@ -378,7 +396,7 @@ pub async fn batch_loop(
                     tracing::error!(error = %error_chain(&e), "relay batch failed");
                     relay
                         .process
-                        .failed(BATCHES, consecutive_errors, error_chain(&e));
+                        .batch_failed(consecutive_errors, error_chain(&e));
                 }
                 // Back off while the failures last, up to ten poll intervals.
                 pacing.poll_interval * consecutive_errors.min(10)
