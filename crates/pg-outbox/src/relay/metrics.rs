@@ -187,9 +187,9 @@ mod tests {
 
     #[test]
     fn names_carry_the_namespace() {
-        let names = RelayMetricNames::under("charges");
-        assert_eq!(names.published, "charges_relay_published_total");
-        assert_eq!(names.standby_lag, "charges_relay_standby_lag_bytes");
-        assert_eq!(names.delivery_lag, "charges_relay_delivery_lag_seconds");
+        let names = RelayMetricNames::under("payments");
+        assert_eq!(names.published, "payments_relay_published_total");
+        assert_eq!(names.standby_lag, "payments_relay_standby_lag_bytes");
+        assert_eq!(names.delivery_lag, "payments_relay_delivery_lag_seconds");
     }
 }
