@@ -23,13 +23,10 @@ use charges_runtime::readiness::Health;
 use charges_runtime::secrets::ExposeSecret;
 use charges_store::{Pool, PoolSettings};
 use pg_outbox::relay::{
-    Backoff, BatchHealth, BrokerHealth, MessageKey, MessageSettings, Pacing, ProducerSettings,
-    Producers, Relay, RelaySettings, TRANSACTION_MARGIN, WakeupRequest, batch_loop, listener,
-    probe_outages,
+    Backoff, BatchHealth, EngineSettings, MessageKey, MessageSettings, Pacing, ProducerSettings,
+    Producers, RelaySettings, RunningEngine, TRANSACTION_MARGIN, Wakeups,
 };
-use rdkafka::producer::Producer;
-use tokio::sync::{Notify, watch};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
 
 pub use error::{RelayError, error_chain};
 
@@ -224,11 +221,8 @@ impl Operations {
 /// Everything that works until shutdown: the batch loops, the LISTEN session, the
 /// broker probe and the maintenance jobs.
 struct Workers {
-    relay: Arc<Relay>,
-    loops: JoinSet<()>,
+    engine: RunningEngine,
     jobs: JobRunner,
-    listener: tokio::task::JoinHandle<()>,
-    prober: tokio::task::JoinHandle<()>,
 }
 
 impl Workers {
@@ -240,93 +234,50 @@ impl Workers {
         health: &Arc<Health>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Workers, RelayError> {
-        let wake = Arc::new(Notify::new());
-        let listen_url = listen_url(database, args);
-        let listener = match listen_url {
-            Some(url) => {
-                listener::start(
-                    url,
-                    LISTENER_APPLICATION_NAME,
-                    &database.tls(),
-                    wake.clone(),
-                    shutdown.clone(),
-                )
-                .await?
-            }
-            None => listener::poll_only(args.poll_interval, POLL_ONLY),
+        let tls = database.tls();
+        let wakeups = match listen_url(database, args) {
+            Some(database_url) => Wakeups::Listen {
+                database_url,
+                application_name: LISTENER_APPLICATION_NAME,
+                tls: &tls,
+            },
+            None => Wakeups::PollOnly { why: POLL_ONLY },
         };
         let jobs = start_jobs(&pool, args, health.clone(), shutdown.clone());
-        let broker = Arc::new(BrokerHealth::new(args.backoff_base, args.broker_probe_max));
-        let prober = tokio::spawn(probe_outages(
-            broker.clone(),
-            producers.clone(),
-            args.topic.clone(),
-            args.publish_timeout,
-            shutdown.clone(),
-        ));
-        let relay_pool = pool.clone();
-        let relay = Arc::new(Relay::new(
-            pool,
-            producers,
-            args.relay_settings(),
-            broker,
-            Arc::new(BatchReadiness(health.clone())),
-        ));
-        let wakeup = Arc::new(WakeupRequest::new(
-            relay_pool,
-            args.poll_interval,
-            listen_url.is_some(),
-        ));
-        let pacing = Pacing {
-            poll_interval: args.poll_interval,
-            busy_poll_interval: args.busy_poll_interval,
+        let settings = EngineSettings {
+            relay: args.relay_settings(),
+            loops: args.batch_loops(),
+            pacing: Pacing {
+                poll_interval: args.poll_interval,
+                busy_poll_interval: args.busy_poll_interval,
+            },
+            probe_base: args.backoff_base,
+            probe_max: args.broker_probe_max,
         };
-        let mut loops = JoinSet::new();
-        for _ in 0..args.batch_loops() {
-            loops.spawn(batch_loop(
-                relay.clone(),
-                wake.clone(),
-                wakeup.clone(),
-                shutdown.clone(),
-                pacing,
-            ));
-        }
-        Ok(Workers {
-            relay,
-            loops,
-            jobs,
-            listener,
-            prober,
-        })
+        let readiness = Arc::new(BatchReadiness(health.clone()));
+        let engine =
+            RunningEngine::start(pool, producers, settings, wakeups, readiness, shutdown).await?;
+        Ok(Workers { engine, jobs })
     }
 
     /// Resolves when a job or a batch loop stops before shutdown.
     async fn failure(&mut self) -> RelayError {
         tokio::select! {
             failed = self.jobs.failed() => RelayError::from(failed),
-            ended = self.loops.join_next() => RelayError::BatchLoop(match ended {
-                Some(Err(e)) => e.to_string(),
-                _ => "it returned before shutdown".to_owned(),
-            }),
+            ended = self.engine.loop_ended() => RelayError::BatchLoop(ended),
         }
     }
 
-    /// After shutdown was signalled: lets the batches in flight finish, then flushes.
+    /// After shutdown was signalled: lets the batches in flight finish and flushes,
+    /// then gives the maintenance jobs their bound.
     async fn drain(self, flush_timeout: Duration) {
-        let Workers {
-            relay,
-            mut loops,
-            jobs,
-            listener,
-            prober,
-        } = self;
-        while loops.join_next().await.is_some() {}
+        self.engine.drain(flush_timeout).await;
         // Steps are not cut short, but none may hold up the exit: a reconciliation count
         // may run for its whole interval on large tables. Whatever is still running after
         // a batch's bound is dropped, and its transaction rolls back: a delete batch or a
         // count, both done again after the restart. Postgres stops a count within a second
         // of the exit (`ReconciliationResultStore::bound_count`).
-        if tokio::time::timeout(flush_timeout + TRANSACTION_MARGIN, jobs.join())
+        if tokio::time::timeout(flush_timeout + TRANSACTION_MARGIN, self.jobs.join())
             .await
             .is_err()
         {
@@ -334,11 +285,6 @@ impl Workers {
                 "a maintenance job still running at shutdown was stopped; it runs again after the restart"
             );
         }
-        if let Err(e) = relay.producers().current().flush(flush_timeout) {
-            tracing::warn!(error = %e, "producer flush incomplete");
-        }
-        listener.abort();
-        prober.abort();
     }
 }
 

@@ -22,6 +22,7 @@ pub mod backoff;
 mod batch;
 pub mod broker;
 pub mod cursor;
+mod engine;
 mod error;
 pub mod failure;
 pub mod gate;
@@ -34,6 +35,7 @@ pub mod wakeup;
 pub use backoff::Backoff;
 pub use batch::{BatchOutcome, Pacing, Relay, RelaySettings, TRANSACTION_MARGIN, batch_loop};
 pub use broker::{BrokerHealth, probe_outages};
+pub use engine::{EngineSettings, RunningEngine, Wakeups};
 pub use error::EngineError;
 pub use hooks::{
     BatchHealth, CloudEventType, EventCatalog, ForwardTraceParent, NoCatalog, PublishTrace,
