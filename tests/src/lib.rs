@@ -13,6 +13,7 @@ pub mod failover;
 pub mod kafka;
 pub mod manifests;
 pub mod metrics;
+pub mod orders;
 pub mod otlp;
 pub mod outbox;
 pub mod patroni;

@@ -22,6 +22,7 @@ mod maintenance;
 mod network_faults;
 mod openapi;
 mod operations;
+mod orders;
 mod patroni;
 mod pooler;
 mod refunds;

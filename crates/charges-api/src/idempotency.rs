@@ -79,6 +79,8 @@ fn respond(outcome: IdempotentOutcome) -> Result<HttpResponse, ApiError> {
         IdempotencyRejection::InvalidKey(e) => ApiError::InvalidIdempotencyKey(e),
         IdempotencyRejection::InFlight => ApiError::KeyInFlight,
         IdempotencyRejection::PayloadConflict => ApiError::KeyReusedWithDifferentPayload,
+        // Never made by `respond`: bodies are parsed, and refused, by this API itself.
+        IdempotencyRejection::InvalidRequest(_) => ApiError::UnreadableBody,
         IdempotencyRejection::Store(e) => ApiError::Store(e),
     })
 }

@@ -70,6 +70,10 @@ pub enum IdempotencyRejection {
     InFlight,
     #[error("this Idempotency-Key was already used with a different request body")]
     PayloadConflict,
+    /// The body is not a request this endpoint takes: refused before the key is
+    /// reserved, so the key stays free for a corrected request.
+    #[error("{0}")]
+    InvalidRequest(String),
     /// The database failed; whether a retry may work is the error's to say.
     #[error("the request could not be stored")]
     Store(#[from] StoreError),
@@ -98,6 +102,7 @@ impl IdempotencyRejection {
                 "/problems/idempotency-key-reused",
                 "Idempotency-Key reused with a different request",
             ),
+            Self::InvalidRequest(_) => ("/problems/invalid-request-body", "Invalid request body"),
             Self::Store(e) if e.is_unavailable() => {
                 ("/problems/service-unavailable", "Service unavailable")
             }
@@ -122,7 +127,7 @@ impl IdempotencyRejection {
 impl ResponseError for IdempotencyRejection {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidKey(_) | Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::InFlight => StatusCode::CONFLICT,
             Self::PayloadConflict => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Store(e) if e.is_unavailable() => StatusCode::SERVICE_UNAVAILABLE,

@@ -5,6 +5,9 @@ use pg_plumbing::statements::{self, Connection, Sql, Type};
 use pg_plumbing::{SchemaSet, StoreError};
 use uuid::Uuid;
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
 mod embedded {
     refinery::embed_migrations!("migrations");
 }

@@ -51,6 +51,24 @@ pub struct RelaySettings {
 }
 
 impl RelaySettings {
+    /// `message` with the defaults the reference relay ships: batches of 500
+    /// unordered, a 5 s publish timeout, no gate, dead after 10 rejections, retries
+    /// from 1 s doubling to 5 min.
+    pub fn new(message: MessageSettings) -> RelaySettings {
+        RelaySettings {
+            message,
+            ordered: false,
+            batch_size: 500,
+            publish_timeout: Duration::from_secs(5),
+            standbys: None,
+            max_attempts: 10,
+            backoff: Backoff {
+                base: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+        }
+    }
+
     /// How long the batch waits for acknowledgements. `message.timeout.ms` already
     /// resolves every delivery future within `publish_timeout`; this outer bound only
     /// guards against a producer that does not keep its word.

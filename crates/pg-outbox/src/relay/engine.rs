@@ -46,6 +46,23 @@ pub struct EngineSettings {
     pub probe_max: Duration,
 }
 
+impl EngineSettings {
+    /// `relay` in two batch loops, polling every second when idle and 10 ms after a
+    /// partial batch, probing a down broker from 1 s doubling to 30 s.
+    pub fn new(relay: RelaySettings) -> EngineSettings {
+        EngineSettings {
+            relay,
+            loops: 2,
+            pacing: Pacing {
+                poll_interval: Duration::from_secs(1),
+                busy_poll_interval: Duration::from_millis(10),
+            },
+            probe_base: Duration::from_secs(1),
+            probe_max: Duration::from_secs(30),
+        }
+    }
+}
+
 /// The running engine.
 pub struct RunningEngine {
     relay: Arc<Relay>,

@@ -13,6 +13,9 @@ pub enum EngineError {
          the batch's bound ({lag}); its rows stay pending"
     )]
     StandbysBehind { position: String, lag: String },
+    /// The Kafka producer could not be made (a setting librdkafka refuses).
+    #[error("the Kafka producer could not be created")]
+    Producer(#[from] rdkafka::error::KafkaError),
 }
 
 impl From<deadpool_postgres::PoolError> for EngineError {

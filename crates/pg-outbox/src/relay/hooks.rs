@@ -81,3 +81,9 @@ pub trait BatchHealth: Send + Sync {
     /// with its causes).
     fn batch_failed(&self, consecutive: u32, reason: String);
 }
+
+/// No readiness to tell: batch failures are only logged.
+impl BatchHealth for () {
+    fn batch_succeeded(&self) {}
+    fn batch_failed(&self, _consecutive: u32, _reason: String) {}
+}

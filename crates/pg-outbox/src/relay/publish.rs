@@ -32,6 +32,19 @@ pub struct ProducerSettings {
     pub extra: Vec<(String, SecretString)>,
 }
 
+impl ProducerSettings {
+    /// `brokers` as `client_id`, with the reference relay's 5 s publish timeout and no
+    /// extra settings.
+    pub fn new(brokers: impl Into<String>, client_id: impl Into<String>) -> ProducerSettings {
+        ProducerSettings {
+            brokers: brokers.into(),
+            client_id: client_id.into(),
+            publish_timeout: Duration::from_secs(5),
+            extra: Vec::new(),
+        }
+    }
+}
+
 /// Builds the producer: idempotent (no duplicates from its own retries), `acks=all`
 /// (an ack means every in-sync replica has the message), and `message.timeout.ms` =
 /// `publish_timeout`, so that every delivery future resolves within it. `extra` is

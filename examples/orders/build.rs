@@ -1,0 +1,4 @@
+// refinery embeds migrations/ at compile time: a new file must rebuild the crate.
+fn main() {
+    println!("cargo:rerun-if-changed=migrations");
+}
