@@ -5,7 +5,7 @@ export DATABASE_URL
 # Tests print a short panic message; set RUST_BACKTRACE=1 yourself to dig in.
 export RUST_BACKTRACE ?= 0
 
-.PHONY: help deps build-deps ha-deps ha-demo bench-deps build release image test check chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
+.PHONY: help deps build-deps ha-deps ha-demo bench-deps build release image test check doctest chaos lint lint-alerts fmt demo compose-demo bench soak kafka-mock clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,7 @@ image: deps release ## The application image (deploy/Dockerfile) as deploy/image
 
 test: deps build image ## Every test against DATABASE_URL, then some in container mode, the compose demo; no container left.
 	cargo fmt --all -- --check
+	$(MAKE) doctest
 	$(CONTAINERS) with-socket cargo nextest run --workspace
 	$(CONTAINERS) with-socket env TEST_SERVICES=containers cargo nextest run -p charges-tests -E '$(CONTAINER_MODE_TESTS)'
 	$(CONTAINERS) with-socket bash scripts/compose-demo.sh
@@ -51,7 +52,14 @@ check: ## fmt, build, then the tests that need only the build and Postgres at DA
 	@pg_isready -q -d "$(DATABASE_URL)" || { echo "check: no Postgres answers at $(DATABASE_URL) (make build-deps starts the local one)" >&2; exit 1; }
 	@command -v cargo-nextest >/dev/null 2>&1 || { echo "check: cargo-nextest is missing (make deps installs it)" >&2; exit 1; }
 	cargo build --bins
+	$(MAKE) doctest
 	cargo nextest run --workspace -P check
+
+# nextest runs no doctests: the building blocks' README examples compile here, every
+# feature on.
+BUILDING_BLOCKS := pg-plumbing pg-idempotency pg-outbox pg-inbox
+doctest: ## The building blocks' documentation examples (their READMEs) compile.
+	cargo test --doc $(addprefix -p ,$(BUILDING_BLOCKS)) --all-features
 
 chaos: deps ha-deps build image ## Every fault-injection scenario, the slow ones too (chaos.rs, network_faults.rs, patroni.rs; make test runs the fast ones).
 	$(CONTAINERS) with-socket cargo nextest run -p charges-tests --run-ignored all --no-capture -E 'test(/^chaos::/) | test(/^hostile_input::/) | test(/^network_faults::/) | test(/^patroni::/) | test(/::slow_/)'

@@ -95,13 +95,13 @@ fn dependencies_point_from_the_domain_down_to_the_mechanisms_and_the_plumbing() 
 }
 
 /// Every file of `dir` but build output, recursively.
-fn files(dir: &Path) -> Vec<PathBuf> {
+fn files_of(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
         let path = entry.path();
         if path.is_dir() {
             if path.file_name().is_some_and(|n| n != "target") {
-                found.extend(files(&path));
+                found.extend(files_of(&path));
             }
         } else {
             found.push(path);
@@ -116,7 +116,7 @@ fn the_mechanisms_and_the_plumbing_never_name_charges_or_refunds() {
     let mut named = Vec::new();
     for name in MECHANISMS.iter().chain([&PLUMBING]) {
         let (dir, _) = &graph[*name];
-        for file in files(dir) {
+        for file in files_of(dir) {
             let Ok(text) = std::fs::read_to_string(&file) else {
                 continue;
             };
@@ -133,4 +133,80 @@ fn the_mechanisms_and_the_plumbing_never_name_charges_or_refunds() {
         "domain words in the building blocks:\n{}",
         named.join("\n")
     );
+}
+
+/// Publishing is a version bump away: each building block's manifest says what it is,
+/// and `cargo package` would ship its README, its sources and its migrations.
+#[test]
+fn every_building_block_packages_its_readme_sources_and_migrations() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = std::process::Command::new(&cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("run cargo metadata");
+    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata JSON");
+    for name in MECHANISMS.iter().chain([&PLUMBING]) {
+        let package = metadata["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .find(|p| p["name"] == *name)
+            .unwrap_or_else(|| panic!("no package {name}"));
+        for field in ["description", "license", "readme", "documentation"] {
+            assert!(
+                package[field].as_str().is_some_and(|v| !v.is_empty()),
+                "{name} has no {field}"
+            );
+        }
+        for field in ["keywords", "categories"] {
+            assert!(
+                package[field].as_array().is_some_and(|v| !v.is_empty()),
+                "{name} has no {field}"
+            );
+        }
+        assert!(package["publish"].is_null(), "{name} may not be published");
+
+        let listed = std::process::Command::new(&cargo)
+            .args([
+                "package",
+                "--list",
+                "--allow-dirty",
+                "--offline",
+                "-p",
+                name,
+            ])
+            .current_dir(repo())
+            .output()
+            .expect("run cargo package --list");
+        assert!(
+            listed.status.success(),
+            "cargo package --list -p {name}: {}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+        let files: BTreeSet<String> = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert!(files.contains("README.md"), "{name}: {files:?}");
+        assert!(files.contains("src/lib.rs"), "{name}: {files:?}");
+        let (dir, _) = &workspace_graph()[*name];
+        let migrations = dir.join("migrations");
+        if migrations.exists() {
+            for file in files_of(&migrations) {
+                let relative = file.strip_prefix(dir).expect("inside the crate");
+                let relative = relative.to_string_lossy().into_owned();
+                assert!(
+                    files.contains(&relative),
+                    "{name} would not ship {relative}"
+                );
+            }
+        }
+    }
 }
