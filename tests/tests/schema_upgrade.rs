@@ -17,7 +17,8 @@ const BEFORE_SPLIT_VERSION: i32 = 13;
 /// What a client sent and got back.
 struct Answered {
     key: String,
-    path: String,
+    /// The refunded charge's id, for a refund.
+    refund_of: Option<String>,
     body: String,
     location: String,
     response: String,
@@ -51,15 +52,12 @@ async fn history(db: &TestDb, table: &str) -> Vec<(i32, String, String)> {
         .collect()
 }
 
-async fn post(api: &TestApi, path: &str, key: &str, body: &str) -> reqwest::Response {
-    api.http
-        .post(api.url(path))
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("POST")
+/// `POST /charges`, or `POST /charges/{path}/refunds` for a refund of charge `path`.
+async fn post(api: &TestApi, refund_of: Option<&str>, key: &str, body: &str) -> reqwest::Response {
+    match refund_of {
+        None => api.post_charge(Some(key), body).await,
+        Some(charge_id) => api.post_refund(charge_id, key, body).await,
+    }
 }
 
 /// Charges and a refund through the API on the old schema.
@@ -67,31 +65,22 @@ async fn answered_before_the_upgrade(api: &TestApi) -> Vec<Answered> {
     let mut answered = Vec::new();
     for amount in [1200, 3400, 5600] {
         let (key, body) = (new_key(), format!(r#"{{"amountCents":{amount}}}"#));
-        answered.push(answer(api, "/charges", key, body).await);
+        answered.push(answer(api, None, key, body).await);
     }
-    let refund_path = format!("{}/refunds", answered[0].location);
-    let refund = answer(
-        api,
-        &refund_path,
-        new_key(),
-        r#"{"amountCents":200}"#.into(),
-    )
-    .await;
+    let charge_id = answered[0].location.rsplit('/').next().map(str::to_owned);
+    let refund = answer(api, charge_id, new_key(), r#"{"amountCents":200}"#.into()).await;
     answered.push(refund);
     answered
 }
 
-async fn answer(api: &TestApi, path: &str, key: String, body: String) -> Answered {
-    let response = post(api, path, &key, &body).await;
-    assert_eq!(
-        response.status().as_u16(),
-        201,
-        "POST {path} before the upgrade"
-    );
+async fn answer(api: &TestApi, refund_of: Option<String>, key: String, body: String) -> Answered {
+    let response = post(api, refund_of.as_deref(), &key, &body).await;
+    let status = response.status().as_u16();
+    assert_eq!(status, 201, "{refund_of:?} before the upgrade");
     let location = response.headers()["location"].to_str().unwrap().to_owned();
     Answered {
         key,
-        path: path.to_owned(),
+        refund_of,
         body,
         location,
         response: response.text().await.unwrap(),
@@ -171,13 +160,18 @@ async fn a_database_from_before_the_split_upgrades_in_place() {
 async fn replays_and_publishes(db: &TestDb, answered: &[Answered], published: Uuid) {
     let api = TestApi::start(db, &[]).await;
     for old in answered {
-        let response = post(&api, &old.path, &old.key, &old.body).await;
-        assert_eq!(response.status().as_u16(), 201, "replay of {}", old.path);
+        let response = post(&api, old.refund_of.as_deref(), &old.key, &old.body).await;
+        assert_eq!(
+            response.status().as_u16(),
+            201,
+            "replay of {:?}",
+            old.location
+        );
         assert_eq!(response.headers()["idempotent-replayed"], "true");
         assert_eq!(response.headers()["location"], old.location.as_str());
         assert_eq!(response.text().await.unwrap(), old.response);
     }
-    let created = post(&api, "/charges", &new_key(), r#"{"amountCents":700}"#).await;
+    let created = post(&api, None, &new_key(), r#"{"amountCents":700}"#).await;
     assert_eq!(
         created.status().as_u16(),
         201,

@@ -20,18 +20,7 @@ pub use database::{DatabaseArgs, DbPooler};
 pub use logging::{LogFormat, LogTarget, LoggingError, init_logging};
 pub use signals::shutdown_signal;
 
-/// An error and all its sources on one line (`error: cause: cause…`), for a log field;
-/// never for a client.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use pg_plumbing::error_chain;
 
 /// A `KEY=VALUE` flag (`--kafka-config`), as a clap value parser. The key is trimmed;
 /// the value is kept as given (it may contain `=`).

@@ -240,7 +240,10 @@ SELECT lock.acquired,
 /// page of keys is written once and stays full, so new keys go to new pages instead
 /// of every old page that vacuum found room on (docs/benchmarks.md, "As the tables
 /// grow"). An expired row is overwritten; any other row means the key was taken after
-/// RESERVE's snapshot, and nothing is written (0 rows).
+/// RESERVE's snapshot, and nothing is written (0 rows). The SQL function
+/// `idempotency_key_complete`, which one-statement operations compose, is this
+/// statement's twin; it is not called here so that a build still completes keys on a
+/// schema whose migrations have not reached it yet (an upgrade's first minutes).
 pub const COMPLETE: Sql = Sql::new(
     "
 INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, response_status,

@@ -149,3 +149,16 @@ fn io_cause(error: &tokio_postgres::Error) -> Option<&std::io::Error> {
     }
     None
 }
+
+/// An error and all its sources on one line (`error: cause: cause…`), for a log field;
+/// never for a client.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

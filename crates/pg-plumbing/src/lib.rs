@@ -9,7 +9,7 @@ mod tls;
 mod unreplicated_commit;
 
 pub use deadpool_postgres::{Client, GenericClient, Pool, Transaction};
-pub use error::StoreError;
+pub use error::{StoreError, error_chain};
 pub use metric_names::{DEFAULT_NAMESPACE, MetricNames, metric_names, namespace, set_namespace};
 pub use migrations::{SchemaSet, SchemaStatus};
 pub use pool::{PoolSettings, connect, detect_dead_peers};

@@ -43,14 +43,4 @@ impl EngineError {
     }
 }
 
-/// An error and all its sources on one line (`error: cause: cause…`), for a log field.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use pg_plumbing::error_chain;
