@@ -1,30 +1,32 @@
-//! Everything SQL: the Postgres pool, the embedded migrations, and one store per table.
+//! The charges service's SQL, on top of the building blocks.
+//!
+//! - [`ChargeStore`] and [`RefundStore`]: every statement on `charges` and `refunds`.
+//!   [`ChargeStore::create_once`] is the whole of `POST /charges` in one statement:
+//!   `charges_create_once` composes pg-idempotency's `idempotency_key_reserve` and
+//!   `idempotency_key_complete` with pg-outbox's `outbox_append`, so that a new charge
+//!   costs one round trip and no plan per request.
+//! - [`ReconciliationResultStore`]: the latest reconciliation, one row that one relay
+//!   writes and every relay exports.
+//! - [`migrations`]: the schema sets in the order they are applied (the pre-split
+//!   history, idempotency, outbox, charges), their status for `/readyz`, and the grants.
+//! - Re-exports of the `pg_plumbing`, `pg_idempotency` and `pg_outbox` types the charges
+//!   binaries use, and those crates' statement modules as [`idempotency_keys`] and
+//!   [`outbox`], so that a charges binary names one crate for its database.
 //!
 //! # Conventions
 //!
-//! - **One module per table** (`idempotency_keys`, `charges`, `refunds`, `outbox`,
-//!   `outbox_wakeup`, `reconciliation_result`),
-//!   holding every statement that touches that table; the schema itself lives in the
-//!   workspace's top-level `migrations/`, embedded by refinery. `claim_transaction`
-//!   holds no SQL of its own: it runs the relay's `outbox` statements pipelined with
-//!   `BEGIN` and `COMMIT`.
-//! - **Statements are constants** at the top of their module, each documented with a
-//!   `TableVerb[Many]` name (`OutboxClaimPending`, `IdempotencyKeyPurgeExpired`), and
-//!   shaped for production only: `make bench` reads the same constants and follows
-//!   them, never the reverse.
-//! - **One store type per table** (`OutboxStore`, `ChargeStore`, …) with one `impl`
-//!   block. Its functions take `&impl Connection`: the caller owns the connection
-//!   or transaction, so one request's statements share one transaction. The relay's
-//!   statements take a prepared [`outbox::ClaimStatements`] instead of preparing
-//!   their own, so that they can be pipelined (see `ClaimTransaction`).
-//!   `IdempotencyStore` also carries the request path's state (TTL, replay cache).
-//! - Statements are [`Sql`] constants, text and parameter types together, run through
-//!   [`statements`]: prepared once per connection directly, sent unnamed through a
-//!   transaction pooler; parameters are always bound, never formatted into SQL text.
+//! - **Statements are [`Sql`] constants** at the top of their module, each documented
+//!   with a `TableVerb[Many]` name (`ChargeInsert`, `RefundListForCharge`) that
+//!   `deploy/sql/grants.sql` cites. Parameters are always bound, never formatted into
+//!   SQL text. Statements are shaped for production only: `make bench` reads the same
+//!   constants and follows them, never the reverse.
+//! - **One store type per table**, whose functions take `&impl Connection`: the caller
+//!   owns the connection or transaction, so one request's statements share one
+//!   transaction.
 //! - **Columns are read by name** (`row.try_get("column")`), never by position, and
 //!   never with a panicking getter; computed columns get an `AS name`.
-//! - Every failure is a [`StoreError`]; [`StoreError::is_unavailable`] is the one
-//!   place that decides whether a caller may retry.
+//! - Every failure is a [`StoreError`]; [`StoreError::is_unavailable`] is the one place
+//!   that decides whether a caller may retry.
 
 pub mod charges;
 pub mod migrations;
