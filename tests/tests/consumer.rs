@@ -347,3 +347,24 @@ async fn an_event_that_keeps_failing_is_parked_then_replayed_once_fixed() {
     assert_eq!(lower, 300);
     assert_eq!(db.count("processed_events").await, 2);
 }
+
+/// The consumer's database may be one of its own: migrated with its own sets (its
+/// schema, then the inbox's), it is ready without any of the API's tables.
+#[tokio::test]
+async fn a_consumer_on_a_database_of_its_own_migrates_its_sets_and_is_ready() {
+    let db = TestDb::unmigrated().await;
+    let kafka = TestKafka::new(1).await;
+    let group = format!("ledger-{}", Uuid::new_v4().simple());
+    let consumer = start_consumer(&db, &kafka, &group, &[]).await;
+    assert_eq!(db.count("consumer_schema_history").await, 3);
+    assert_eq!(db.count("inbox_schema_history").await, 1);
+    let log = consumer.output_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("consumer started"))
+        .expect("started line");
+    let addr = charges_tests::log_field(line, "metrics_addr").expect("metrics_addr");
+    let readyz = reqwest::get(format!("http://{addr}/readyz")).await.unwrap();
+    let status = readyz.status().as_u16();
+    assert_eq!(status, 200, "{}", readyz.text().await.unwrap());
+}

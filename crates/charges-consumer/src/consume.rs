@@ -79,7 +79,13 @@ pub async fn run(database: &DatabaseArgs, args: RunArgs) -> Result<(), ConsumerE
     let metrics_handle = metrics::install()?;
     let upkeep = tokio::spawn(charges_runtime::metrics::upkeep(metrics_handle.clone()));
     let health = std::sync::Arc::new(charges_runtime::readiness::Health::default());
-    let ops = OpsServer::start(args.metrics_listen, pool.clone(), metrics_handle, health)?;
+    let ops = OpsServer::start(
+        args.metrics_listen,
+        pool.clone(),
+        migrations::sets().to_vec(),
+        metrics_handle,
+        health,
+    )?;
     let consumer: StreamConsumer<LagReporter> =
         consumer_config(&args).create_with_context(LagReporter)?;
     consumer.subscribe(&[args.topic.as_str()])?;

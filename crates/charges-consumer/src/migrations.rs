@@ -21,10 +21,16 @@ pub const CONSUMER: SchemaSet = SchemaSet::new(
 /// Serializes concurrent migrators (several consumer replicas started with `--migrate`).
 const MIGRATION_LOCK: i64 = 0x6368_6172_6765_7302; // "charges\x02"
 
-/// Applies every pending consumer migration, then the inbox's (`pg_inbox`), which
-/// adopts the `processed_events` table this consumer's first migration created before
-/// the inbox was a crate of its own.
+/// The consumer's sets, in order: its own, then the inbox's (`pg_inbox`), which adopts
+/// the `processed_events` table this consumer's first migration created before the
+/// inbox was a crate of its own. `/readyz` compares both: the consumer's database may
+/// be the API's or one of its own.
+pub fn sets() -> [SchemaSet; 2] {
+    [CONSUMER, pg_inbox::schema()]
+}
+
+/// Applies every pending migration of [`sets`].
 pub async fn run(pool: &Pool) -> Result<(), ConsumerError> {
-    pg_plumbing::migrations::apply(pool, MIGRATION_LOCK, &[CONSUMER, pg_inbox::schema()]).await?;
+    pg_plumbing::migrations::apply(pool, MIGRATION_LOCK, &sets()).await?;
     Ok(())
 }

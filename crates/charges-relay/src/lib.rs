@@ -133,7 +133,13 @@ pub async fn run(
     let mut signal = Box::pin(charges_runtime::shutdown_signal().map_err(RelayError::Signal)?);
     // A relay deployed before its migration ran would fail every batch: it waits,
     // unready (/readyz says why), until the schema is there.
-    if !charges_runtime::readiness::wait_for_schema(&pool, &mut signal).await {
+    if !charges_runtime::readiness::wait_for_schema(
+        &pool,
+        &charges_store::migrations::sets(),
+        &mut signal,
+    )
+    .await
+    {
         ops.stop().await;
         return Ok(());
     }
@@ -201,6 +207,7 @@ impl Operations {
         let server = OpsServer::start(
             args.metrics_listen,
             pool.clone(),
+            charges_store::migrations::sets().to_vec(),
             metrics_handle,
             health.clone(),
         )?;

@@ -9,6 +9,7 @@ use actix_web::dev::ServerHandle;
 use actix_web::{App, HttpResponse, HttpServer, web};
 use charges_store::Pool;
 use metrics_exporter_prometheus::PrometheusHandle;
+use pg_plumbing::SchemaSet;
 
 use std::sync::Arc;
 
@@ -17,6 +18,8 @@ use crate::readiness::{self, Health};
 
 struct OpsState {
     pool: Pool,
+    /// The schema sets this process needs (`/readyz` compares them).
+    schema: Vec<SchemaSet>,
     metrics: PrometheusHandle,
     health: Arc<Health>,
 }
@@ -42,11 +45,13 @@ impl OpsServer {
     pub fn start(
         addr: SocketAddr,
         pool: Pool,
+        schema: Vec<SchemaSet>,
         metrics: PrometheusHandle,
         health: Arc<Health>,
     ) -> Result<OpsServer, OpsBindError> {
         let state = web::Data::new(OpsState {
             pool,
+            schema,
             metrics,
             health,
         });
@@ -98,7 +103,7 @@ pub async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(state: web::Data<OpsState>) -> HttpResponse {
-    let ready = match readiness::check_database(&state.pool).await {
+    let ready = match readiness::check_database(&state.pool, &state.schema).await {
         Ok(()) => state.health.check(),
         Err(not_ready) => Err(not_ready),
     };

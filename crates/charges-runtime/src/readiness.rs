@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use charges_store::Pool;
-use charges_store::migrations::{self, SchemaStatus};
+use pg_plumbing::migrations::{self, SchemaSet, SchemaStatus};
 
 use crate::problem::Problem;
 
@@ -34,9 +34,9 @@ impl NotReady {
 
 /// Asks the database for its schema version, within [`READY_TIMEOUT`], and logs why
 /// the answer is "not ready".
-pub async fn check_database(pool: &Pool) -> Result<(), NotReady> {
+pub async fn check_database(pool: &Pool, schema: &[SchemaSet]) -> Result<(), NotReady> {
     let unreachable = || NotReady("the database cannot be reached".to_owned());
-    match tokio::time::timeout(READY_TIMEOUT, migrations::status(pool)).await {
+    match tokio::time::timeout(READY_TIMEOUT, migrations::status(pool, schema)).await {
         Ok(Ok(SchemaStatus::Current)) => Ok(()),
         Ok(Ok(SchemaStatus::Behind {
             set,
@@ -68,10 +68,14 @@ pub async fn check_database(pool: &Pool) -> Result<(), NotReady> {
 
 /// Polls the schema every few seconds until it is at least this build's version, logging
 /// once while it waits. `false` if `stop` (a shutdown signal) resolved first.
-pub async fn wait_for_schema(pool: &Pool, stop: &mut (impl Future + Unpin)) -> bool {
+pub async fn wait_for_schema(
+    pool: &Pool,
+    schema: &[SchemaSet],
+    stop: &mut (impl Future + Unpin),
+) -> bool {
     let mut logged = false;
     loop {
-        match migrations::status(pool).await {
+        match migrations::status(pool, schema).await {
             Ok(SchemaStatus::Current) => return true,
             Ok(SchemaStatus::Behind {
                 set,
