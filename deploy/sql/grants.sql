@@ -1,5 +1,6 @@
 -- What charges_api and charges_relay may do, derived statement by statement from the
--- SQL in crates/charges-store (the named consts) and crates/charges-relay. Run as
+-- SQL they run: the named consts and SQL functions of crates/pg-idempotency,
+-- crates/pg-outbox (its store and relay engine) and crates/charges-store. Run as
 -- charges_migrator (the owner) after every migration: `charges-api migrate
 -- --grant-api-role charges_api --grant-relay-role charges_relay` does both (this file is
 -- embedded in the binary); see roles.sql.
@@ -39,15 +40,17 @@ GRANT SELECT, INSERT ON refunds TO charges_api;
 GRANT INSERT ON outbox TO charges_api;
 GRANT SELECT ON outbox_wakeup TO charges_api;
 
--- ChargeCreateOnce: charges_create_once (V13) runs with its caller's rights (SECURITY
--- INVOKER), so the grants above on idempotency_keys, charges and outbox are all it may
--- use. EXECUTE is PUBLIC's by default; granted here too so that it survives a REVOKE.
+-- ChargeCreateOnce: charges_create_once (migrations/V1) and the mechanisms' functions it
+-- composes (idempotency_key_reserve, idempotency_key_complete, outbox_append) run with
+-- their caller's rights (SECURITY INVOKER), so the grants above on idempotency_keys,
+-- charges and outbox are all they may use. EXECUTE is PUBLIC's by default; granted here
+-- too so that it survives a REVOKE.
 GRANT EXECUTE ON FUNCTION charges_create_once(text, text, text, bigint, integer, jsonb, text,
     uuid, integer, bpchar, timestamptz, text, uuid, text, text, bigint, text, text, text,
     text) TO charges_api;
 
--- IdempotencyKeyAwaitStandbys and charges_create_once: a replay waits until the
--- synchronous standbys have the key's row (V14). idempotency_standbys_have runs with
+-- IdempotencyKeyAwaitStandbys and idempotency_key_reserve: a replay waits until the
+-- synchronous standbys have the key's row. idempotency_standbys_have runs with
 -- its owner's rights (a member of pg_read_all_stats, roles.sql) and answers only yes or
 -- no. EXECUTE is PUBLIC's by default; granted here so that it survives a REVOKE.
 GRANT EXECUTE ON FUNCTION idempotency_key_reserve(text, text) TO charges_api;
@@ -103,6 +106,5 @@ GRANT SELECT ON idempotency_schema_history, outbox_schema_history, charges_schem
    TO charges_relay;
 
 -- ReplicationStandbysFlushed: the replication gate reads how far its standbys flushed
--- through this function (migration V15), not pg_stat_replication itself. V12's, for
--- relays of the previous version during a rolling update.
+-- through this function (pg-outbox's schema), not pg_stat_replication itself.
 GRANT EXECUTE ON FUNCTION outbox_standbys_flushed(text[], boolean) TO charges_relay;

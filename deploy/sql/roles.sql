@@ -43,8 +43,8 @@ REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO charges_api, charges_relay;
 
 -- The relay's replication gate and the API's replays read the standbys' positions
--- through functions the migrator owns (migrations V12 and V14): the migrator must see
--- them itself.
+-- through SECURITY DEFINER functions the migrator owns (outbox_standbys_flushed,
+-- idempotency_standbys_have): the migrator must see them itself.
 GRANT pg_read_all_stats TO charges_migrator;
 
 -- Optional hardening, per database (the name is yours):

@@ -12,9 +12,9 @@ use crate::statements::{self, Connection, Sql};
 
 pub struct ChargeStore;
 
-/// `ChargeInsert`: `$5` is the authenticated client that creates the charge (V4),
-/// NULL without authentication. The API runs it inside `charges_create_once` (V13); the
-/// constant is what `make bench` runs for the five-statement transaction of before V13.
+/// `ChargeInsert`: `$5` is the authenticated client that creates the charge, NULL
+/// without authentication. The API runs it inside `charges_create_once`; the constant is
+/// what `make bench` runs for the five-statement transaction the function replaced.
 pub const INSERT: Sql = Sql::new(
     "
 INSERT INTO charges (id, amount_cents, currency, created_at, client_id)
@@ -29,8 +29,8 @@ VALUES ($1, $2, $3, $4, $5)",
 );
 
 /// `ChargeCreateOnce`: the whole of `POST /charges` in one statement, the key's
-/// reservation and completion included (`charges_create_once`, migration V13, which
-/// holds the three inserts; see `OneStatementOperation`). Its columns are
+/// reservation and completion included (`charges_create_once`, migrations/V1, which
+/// composes the mechanisms' SQL functions; see `OneStatementOperation`). Its columns are
 /// `IdempotencyKeyReserve`'s and `outcome`.
 pub const CREATE_ONCE: Sql = Sql::new(
     "

@@ -1,5 +1,5 @@
 //! `reconciliation_result`: the latest count of broken invariants, one row shared by
-//! every relay (migration V10 says why).
+//! every relay (migrations-before-split/V10 says why).
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;

@@ -76,7 +76,7 @@ FOR UPDATE SKIP LOCKED",
 /// `OutboxClaimPendingOrdered`: as `OutboxClaimPending`, but only the oldest unpublished
 /// event of each aggregate: a row is claimable once no event of its aggregate with a lower
 /// sequence is unpublished (pending, waiting for a retry, claimed by another relay, or
-/// dead). The probe runs on `outbox_aggregate_sequence_idx`. The statement's snapshot
+/// dead). The probe runs on `outbox_aggregate_type_sequence_idx`. The statement's snapshot
 /// can only make it more careful: a predecessor published after the snapshot still
 /// counts as unpublished, and its successor waits for the next claim.
 pub const CLAIM_PENDING_ORDERED: Sql = Sql::new(
