@@ -26,11 +26,15 @@ declare -A previous_urls previous_bins
 stage_previous() {
   local commit clients path
   commit=$(git rev-parse --verify "$previous_ref^{commit}")
+  # Others may commit while the bench runs: the records say which tree this build was.
+  current_tree=$(git describe --always --dirty)
   previous_checkout "$commit"
   previous_build "$commit"
   previous_bins=([current]="$bin" [previous]="$previous_target/release")
   previous_databases
-  section "this build vs $previous_ref (${commit:0:7}), same run (target ≥ 0.95)"
+  local name=$previous_ref
+  [[ "$commit" == "$previous_ref"* ]] || name+=" (${commit:0:7})"
+  section "this build vs $name, same run (target ≥ 0.95)"
   for path in direct shipped; do
     for clients in 8 32; do
       previous_new_charges "$commit" "$path" "$clients"
@@ -81,14 +85,18 @@ previous_databases() {
   local side name
   [ -x "$pgbouncer_shipped" ] ||
     { echo "bench: the previous stage needs $pgbouncer_shipped (make deps builds it)" >&2; exit 2; }
-  start_pgbouncer "$pgbouncer_shipped" "$(shipped_pgbouncer_settings)" ""
   for side in current previous; do
     name="charges_bench_$side"
+    # lib.sh's and relay.sh's helpers run "$bin/<binary>": bin= picks the build.
     previous_urls[$side.direct]=$(bin=${previous_bins[$side]} new_database "$name")
-    previous_urls[$side.shipped]="${pgbouncer_url%/*}/$name"
     psql_on "${previous_urls[$side.direct]}" \
       -c "ALTER DATABASE $name SET statement_timeout = '5s'" \
       -c "ALTER DATABASE $name SET idle_in_transaction_session_timeout = '10s'"
+  done
+  # start_pgbouncer waits for a login to the pooler stage's database; ours exist now.
+  pooler_db=charges_bench_current start_pgbouncer "$pgbouncer_shipped" "$(shipped_pgbouncer_settings)" ""
+  for side in current previous; do
+    previous_urls[$side.shipped]="${pgbouncer_url%/*}/charges_bench_$side"
   done
 }
 
@@ -114,7 +122,7 @@ previous_new_charges() {
   [ "$path" = shipped ] && label="PgBouncer $PGBOUNCER_VERSION"
   row "new charges, $label c=$clients|$cur req/s p50 ${cur_p50}ms p99 ${cur_p99}ms|$previous_ref $prev req/s p99 ${prev_p99}ms|$r $(verdict "$r" 0.95)"
   record previous measure=new_charges path="$path" clients="$clients" previous_ref="$previous_ref" \
-    previous_commit="$commit" rounds="$rounds" backlog_rows="$backlog" errors="$errors" \
+    previous_commit="$commit" current_tree="$current_tree" rounds="$rounds" backlog_rows="$backlog" errors="$errors" \
     current_rps="$cur" current_rps_rounds="$(firsts "${runs_current[@]}")" current_p50_ms="$cur_p50" \
     current_p99_ms="$cur_p99" previous_rps="$prev" previous_rps_rounds="$(firsts "${runs_previous[@]}")" \
     previous_p50_ms="$prev_p50" previous_p99_ms="$prev_p99" ratio_to_previous="$r" target=0.95
@@ -153,7 +161,7 @@ previous_relay() {
   r=$(ratio "$cur" "$prev")
   row "relay, 2 workers, $ordering, $per ev/charge|$cur events/s|$previous_ref $prev events/s|$r $(verdict "$r" 0.95)"
   record previous measure=relay ordering="$ordering" events_per_charge="$per" workers=2 \
-    previous_ref="$previous_ref" previous_commit="$commit" rounds="$rounds" rows="$relay_rows" \
+    previous_ref="$previous_ref" previous_commit="$commit" current_tree="$current_tree" rounds="$rounds" rows="$relay_rows" \
     batch_size="$batch" concurrency="$concurrency" current_events_per_s="$cur" \
     current_seconds_rounds="[$(paste -sd, <<<"$(printf '%s\n' "${secs_current[@]}")")]" \
     previous_events_per_s="$prev" \
