@@ -40,11 +40,17 @@ GRANT SELECT, INSERT ON refunds TO charges_api;
 GRANT INSERT ON outbox TO charges_api;
 GRANT SELECT ON outbox_wakeup TO charges_api;
 
--- ChargeCreateOnce: charges_create_once (migrations/V1) and the mechanisms' functions it
--- composes (idempotency_key_reserve, idempotency_key_complete, outbox_append) run with
--- their caller's rights (SECURITY INVOKER), so the grants above on idempotency_keys,
--- charges and outbox are all they may use. EXECUTE is PUBLIC's by default; granted here
--- too so that it survives a REVOKE.
+-- ChargeCreateOnce: charges_create_idempotent (migrations/V2) and the mechanisms'
+-- functions it composes (idempotency_key_claim, outbox_append) run with their caller's
+-- rights (SECURITY INVOKER), so the grants above on idempotency_keys, charges and outbox
+-- are all they may use. charges_create_once (V1, composing idempotency_key_reserve and
+-- idempotency_key_complete) is what the previous release calls during a rolling deploy.
+-- EXECUTE is PUBLIC's by default; granted here too so that it survives a REVOKE.
+GRANT EXECUTE ON FUNCTION charges_create_idempotent(text, text, text, bigint, integer, jsonb,
+    text, uuid, integer, bpchar, timestamptz, text, uuid, text, text, bigint, text, text,
+    text, text) TO charges_api;
+GRANT EXECUTE ON FUNCTION idempotency_key_claim(text, text, text, bigint, integer, jsonb, text)
+   TO charges_api;
 GRANT EXECUTE ON FUNCTION charges_create_once(text, text, text, bigint, integer, jsonb, text,
     uuid, integer, bpchar, timestamptz, text, uuid, text, text, bigint, text, text, text,
     text) TO charges_api;

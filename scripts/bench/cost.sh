@@ -8,7 +8,7 @@
 
 # name|what differs|SQL run on the variant's database|pgbench-script --variant
 cost_variants=(
-  "as-shipped|the schema and statements as shipped (one call of charges_create_once)||as-shipped"
+  "as-shipped|the schema and statements as shipped (one call of charges_create_idempotent)||as-shipped"
   "statements|the same work as five statements in a transaction (before V13)||statements"
   "notify-always|NOTIFY on every insert (the trigger before V9)|CREATE OR REPLACE FUNCTION outbox_notify_pending() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN PERFORM pg_notify('outbox_pending', ''); RETURN NULL; END; \$\$|as-shipped"
   "no-notify-trigger|no NOTIFY trigger at all|ALTER TABLE outbox DISABLE TRIGGER outbox_notify_pending|as-shipped"

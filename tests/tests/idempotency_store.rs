@@ -80,7 +80,7 @@ impl IdempotentOperation for PipelinedWrite {
 
 /// Two `COMPLETED` keys of `/charges` with the body "done" under `fingerprint`, one
 /// valid for an hour and one expired, and a session holding the lock RESERVE (and
-/// `charges_create_once`) takes for each, as another request would.
+/// `idempotency_key_claim`) takes for each, as another request would.
 async fn completed_keys_locked_by_another(
     db: &TestDb,
     fingerprint: &Fingerprint,
@@ -349,7 +349,7 @@ async fn a_failed_write_sent_with_the_completion_leaves_the_key_free() {
     assert_eq!((completed, db.count("probe").await), (1, 1));
 }
 
-/// A new charge run whole in one statement (`charges_create_once`, V13), as `POST
+/// A new charge run whole in one statement (`charges_create_idempotent`), as `POST
 /// /charges` runs it, with a body of its own.
 struct ChargeOnce {
     charge: Charge,
@@ -519,7 +519,7 @@ async fn one_statement_whose_key_is_taken_under_its_insert_writes_nothing_and_re
     db.wait_for(
         "SELECT count(*) > 0 FROM pg_stat_activity
           WHERE datname = current_database() AND wait_event_type = 'Lock'
-            AND query LIKE '%charges_create_once%'",
+            AND query LIKE '%charges_create_idempotent%'",
         &[],
         "the key's insert waits on the uncommitted row",
     )

@@ -109,7 +109,7 @@ async fn timeouts_closed_connections_and_refusals_are_unavailable() {
 /// database that cannot be reached answers 503 with Retry-After
 /// (`api::an_unreachable_database_is_503_and_the_api_recovers`). The replay is a
 /// refund's, which reads the key's row itself; a charge's goes through
-/// `charges_create_once`, whose declared result types stand between it and the table.
+/// `charges_create_idempotent`, whose declared result type stands between it and the table.
 #[tokio::test]
 async fn a_column_of_the_wrong_type_is_a_500_not_a_503() {
     let db = TestDb::new().await;

@@ -2,7 +2,7 @@
 //! project's own code.
 //!
 //! - `pgbench-script` prints what the API runs for a new charge, taken from the store
-//!   crate (not retyped): the one call of `charges_create_once`, or (`--variant
+//!   crate (not retyped): the one call of `charges_create_idempotent`, or (`--variant
 //!   statements` and the variants after it) the same work as five statements in a
 //!   transaction, with pgbench variables in place of the bind parameters. pgbench
 //!   running it is the floor the API's `POST /charges` is compared against.
@@ -65,7 +65,7 @@ enum Command {
 /// What `pgbench-script` leaves out or does the old way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Variant {
-    /// One call of `charges_create_once` (V13), as the API runs it.
+    /// One call of `charges_create_idempotent`, as the API runs it.
     AsShipped,
     /// The same work as five statements in a transaction, as before V13; the variants
     /// below change one of these statements.
@@ -282,7 +282,7 @@ fn pgbench_script(variant: Variant) -> Result<String, String> {
     Ok(script)
 }
 
-/// The charge as the API creates it: one call of `charges_create_once`, with the same
+/// The charge as the API creates it: one call of `charges_create_idempotent`, with the same
 /// values as the statements' script (`pgbench_script`).
 fn pgbench_one_statement_script() -> Result<String, String> {
     let values = PgbenchValues::new()?;

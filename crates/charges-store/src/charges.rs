@@ -2,7 +2,8 @@
 
 use charges_domain::{Charge, EventType, FIRST_SEQUENCE};
 use tokio_postgres::Row;
-use tokio_postgres::types::Type;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -13,7 +14,7 @@ use crate::statements::{self, Connection, Sql};
 pub struct ChargeStore;
 
 /// `ChargeInsert`: `$5` is the authenticated client that creates the charge, NULL
-/// without authentication. The API runs it inside `charges_create_once`; the constant is
+/// without authentication. The API runs it inside `charges_create_idempotent`; the constant is
 /// what `make bench` runs for the five-statement transaction the function replaced.
 pub const INSERT: Sql = Sql::new(
     "
@@ -29,17 +30,15 @@ VALUES ($1, $2, $3, $4, $5)",
 );
 
 /// `ChargeCreateOnce`: the whole of `POST /charges` in one statement, the key's
-/// reservation and completion included (`charges_create_once`, migrations/V1, which
-/// composes the mechanisms' SQL functions; see `OneStatementOperation`). Its columns are
-/// `IdempotencyKeyReserve`'s and `outcome`.
+/// claim included (`charges_create_idempotent`, migrations/V2, which composes
+/// `idempotency_key_claim` and `outbox_append`; see `OneStatementOperation`). Its row is
+/// `idempotency_key_outcome`.
 pub const CREATE_ONCE: Sql = Sql::new(
     "
-SELECT r_outcome AS outcome, r_acquired AS acquired, r_now AS now,
-       r_request_hash AS request_hash, r_status AS status,
-       r_response_status AS response_status, r_response_headers AS response_headers,
-       r_response_body AS response_body, r_expires_at AS expires_at
-  FROM charges_create_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                           $15, $16, $17, $18, $19, $20)",
+SELECT outcome, acquired, now, request_hash, status, response_status, response_headers,
+       response_body, expires_at
+  FROM charges_create_idempotent($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                 $14, $15, $16, $17, $18, $19, $20)",
     &[
         // The key: key, endpoint, fingerprint, TTL in milliseconds.
         Type::TEXT,
@@ -67,6 +66,21 @@ SELECT r_outcome AS outcome, r_acquired AS acquired, r_now AS now,
         Type::TEXT,
         Type::TEXT,
     ],
+);
+
+/// `ChargeCreateOnceBeforeClaim`: [`CREATE_ONCE`] on a schema whose charges set is at V1
+/// (`charges_create_once`, composing `idempotency_key_reserve` and
+/// `idempotency_key_complete`) or that predates the split: what this build runs for the
+/// minutes between its start and its migration, the same parameters, the same row.
+const CREATE_ONCE_BEFORE_CLAIM: Sql = Sql::new(
+    "
+SELECT r_outcome AS outcome, r_acquired AS acquired, r_now AS now,
+       r_request_hash AS request_hash, r_status AS status,
+       r_response_status AS response_status, r_response_headers AS response_headers,
+       r_response_body AS response_body, r_expires_at AS expires_at
+  FROM charges_create_once($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                           $15, $16, $17, $18, $19, $20)",
+    CREATE_ONCE.types,
 );
 
 /// `ChargeGet`: `$2` is the caller's client id; NULL (authentication off) sees every
@@ -154,33 +168,37 @@ impl ChargeStore {
     ) -> Result<Row, StoreError> {
         let event_type = EventType::ChargeCreated;
         let headers = encode_headers(&response.headers);
-        statements::query_one(
-            client,
-            &CREATE_ONCE,
-            &[
-                &key.key,
-                &key.endpoint,
-                &key.fingerprint.as_str(),
-                &key.ttl_ms,
-                &i32::from(response.status),
-                &headers,
-                &response.body,
-                &new.charge.id,
-                &new.charge.amount_cents,
-                &new.charge.currency,
-                &new.charge.created_at,
-                &new.owner,
-                &new.event_id,
-                &event_type.aggregate_type(),
-                &event_type.as_str(),
-                &FIRST_SEQUENCE,
-                &new.event_data,
-                &new.origin.trace_parent,
-                &new.origin.trace_state,
-                &new.origin.request_id,
-            ],
-        )
-        .await
+        let params: [&(dyn ToSql + Sync); 20] = [
+            &key.key,
+            &key.endpoint,
+            &key.fingerprint.as_str(),
+            &key.ttl_ms,
+            &i32::from(response.status),
+            &headers,
+            &response.body,
+            &new.charge.id,
+            &new.charge.amount_cents,
+            &new.charge.currency,
+            &new.charge.created_at,
+            &new.owner,
+            &new.event_id,
+            &event_type.aggregate_type(),
+            &event_type.as_str(),
+            &FIRST_SEQUENCE,
+            &new.event_data,
+            &new.origin.trace_parent,
+            &new.origin.trace_state,
+            &new.origin.request_id,
+        ];
+        match statements::query_one(client, &CREATE_ONCE, &params).await {
+            // Nothing ran: the statement failed as it was planned.
+            Err(StoreError::Database(error))
+                if error.code() == Some(&SqlState::UNDEFINED_FUNCTION) =>
+            {
+                statements::query_one(client, &CREATE_ONCE_BEFORE_CLAIM, &params).await
+            }
+            result => result,
+        }
     }
 
     /// The charge and its refunded total; `None` if unknown or, when `owner` is

@@ -2,9 +2,9 @@
 //!
 //! - [`ChargeStore`] and [`RefundStore`]: every statement on `charges` and `refunds`.
 //!   [`ChargeStore::create_once`] is the whole of `POST /charges` in one statement:
-//!   `charges_create_once` composes pg-idempotency's `idempotency_key_reserve` and
-//!   `idempotency_key_complete` with pg-outbox's `outbox_append`, so that a new charge
-//!   costs one round trip and no plan per request.
+//!   `charges_create_idempotent` composes pg-idempotency's `idempotency_key_claim` with
+//!   pg-outbox's `outbox_append`, so that a new charge costs one round trip and no plan
+//!   per request.
 //! - [`ReconciliationResultStore`]: the latest reconciliation, one row that one relay
 //!   writes and every relay exports.
 //! - [`migrations`]: the schema sets in the order they are applied (the pre-split

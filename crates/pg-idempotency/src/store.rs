@@ -54,10 +54,11 @@ pub trait IdempotentOperation {
 }
 
 /// An operation the database runs whole in one statement, key included: a function of
-/// the schema that reserves the key as [`RESERVE`] does, writes, and completes the key
-/// as [`COMPLETE`] does, in autocommit (composed from this crate's SQL functions
-/// `idempotency_key_reserve` and `idempotency_key_complete`). One round trip and no plan to make per request, prepared or not,
-/// which is what keeps a transaction pooler's path as fast as the direct one.
+/// the schema that claims the key with this crate's SQL function `idempotency_key_claim`
+/// (the lock and read of [`RESERVE`], the completed row of [`COMPLETE`]), does its own
+/// writes when the claim's outcome is `executed`, and returns the claim's row, in
+/// autocommit. One round trip and no plan to make per request, prepared or not, which is
+/// what keeps a transaction pooler's path as fast as the direct one.
 ///
 /// [`IdempotencyStore::run_one_statement`] runs it with the same replay cache, retry
 /// and outcomes as [`IdempotencyStore::run`].
@@ -240,10 +241,11 @@ SELECT lock.acquired,
 /// page of keys is written once and stays full, so new keys go to new pages instead
 /// of every old page that vacuum found room on (docs/benchmarks.md, "As the tables
 /// grow"). An expired row is overwritten; any other row means the key was taken after
-/// RESERVE's snapshot, and nothing is written (0 rows). The SQL function
-/// `idempotency_key_complete`, which one-statement operations compose, is this
-/// statement's twin; it is not called here so that a build still completes keys on a
-/// schema whose migrations have not reached it yet (an upgrade's first minutes).
+/// RESERVE's snapshot, and nothing is written (0 rows). The SQL functions
+/// `idempotency_key_complete` and `idempotency_key_claim`, which one-statement
+/// operations compose, write the same row; they are not called here so that a build
+/// still completes keys on a schema whose migrations have not reached them yet (an
+/// upgrade's first minutes).
 pub const COMPLETE: Sql = Sql::new(
     "
 INSERT INTO idempotency_keys AS k (key, endpoint, request_hash, status, response_status,
