@@ -275,10 +275,31 @@ async fn stored_body(db: &TestDb, key: &str) -> Option<String> {
 async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
     let (primary, standby, db, url) = synchronous_pair().await;
     let api = TestApi::start_at(&url, &["--db-statement-timeout", "1s"]).await;
+    // Another replica, with one server session and every replay read from it: that
+    // session remembers the position its standby confirmed for an earlier replay
+    // (idempotency_await_standbys, pg-idempotency V3), and must still wait for the
+    // commits made after it.
+    let replica = TestApi::start_at(
+        &url,
+        &[
+            "--db-statement-timeout",
+            "1s",
+            "--db-pool-size",
+            "1",
+            "--replay-cache-entries",
+            "0",
+        ],
+    )
+    .await;
+    let first_key = new_key();
     let created = api
-        .post_charge(Some(&new_key()), r#"{"amountCents":4900}"#)
+        .post_charge(Some(&first_key), r#"{"amountCents":4900}"#)
         .await;
     assert_eq!(created.status(), StatusCode::CREATED);
+    let replayed = replica
+        .post_charge(Some(&first_key), r#"{"amountCents":4900}"#)
+        .await;
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
     let charge: serde_json::Value = created.json().await.expect("the charge");
     let refunds = format!(
         "/charges/{}/refunds",
@@ -306,8 +327,8 @@ async fn a_replay_is_answered_only_once_the_standby_has_the_commit() {
             stored_body(&db, key).await
         })
         .await;
-        for _ in 0..2 {
-            post_unconfirmed(&api, path, key, body).await;
+        for replica in [&replica, &api] {
+            post_unconfirmed(replica, path, key, body).await;
         }
         stored.push(row);
     }
