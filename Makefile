@@ -91,12 +91,13 @@ ha-demo: ha-deps build ## A Patroni cluster (etcd, two nodes) under the API and 
 compose-demo: image ## deploy/docker-compose.yml up in containers, one charge applied once, then down.
 	@$(CONTAINERS) with-socket bash scripts/compose-demo.sh
 
-bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench, PgBouncer, jq and gnuplot.
+bench-deps: deps ## What the benchmarks need besides the build: wrk (HTTP load), pgbench, PgBouncer, jq, gnuplot and valgrind.
 	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
 	@command -v pgbench >/dev/null 2>&1 || { echo "installing pgbench"; apt-get install -y -qq postgresql-contrib >/dev/null; }
 	@command -v pgbouncer >/dev/null 2>&1 || { echo "installing pgbouncer"; apt-get install -y -qq pgbouncer >/dev/null; }
 	@command -v jq >/dev/null 2>&1 || { echo "installing jq"; apt-get install -y -qq jq >/dev/null; }
 	@command -v gnuplot >/dev/null 2>&1 || { echo "installing gnuplot"; apt-get install -y -qq gnuplot-nox >/dev/null; }
+	@command -v valgrind >/dev/null 2>&1 || { echo "installing valgrind"; apt-get install -y -qq valgrind >/dev/null; }
 
 bench: bench-deps ## Throughput and latency against floors measured in the same run (never part of make test).
 	@bash scripts/bench.sh

@@ -15,12 +15,14 @@
 #                replication gate, commit → ack
 #   previous     new charges (direct and through PgBouncer) and the relay vs an earlier
 #                build (BENCH_PREVIOUS_REF, built in target/bench/previous-target)
+#   instructions the server's instructions per new charge (callgrind): the composed
+#                function vs the fused one from before the split
 # Writes target/bench/latest.json and target/bench/scale.svg, and prints a table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 source scripts/bench/lib.sh
-stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency ha previous}"
+stages="${BENCH_STAGES:-new_charges pooler cost replays scale retention relay latency ha previous instructions}"
 
 cleanup() { restore_cores; stop_pids "${pids[@]}"; }
 trap cleanup EXIT INT TERM
