@@ -127,7 +127,7 @@ impl TestCluster {
             ])
             .arg(&cluster.data));
         cluster.url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
-        cluster.start_server().await;
+        cluster.start_on_a_free_port();
         cluster
     }
 
@@ -196,6 +196,30 @@ impl TestCluster {
 
     /// Starts the server (again) and waits until it accepts connections.
     pub async fn start_server(&self) {
+        if let Err(failure) = self.try_start_server() {
+            panic!("{failure}");
+        }
+    }
+
+    /// The first start, on a port `free_port` chose: another test may bind it between
+    /// the choice and the server's bind, so a port found taken is chosen again.
+    fn start_on_a_free_port(&mut self) {
+        for _ in 0..5 {
+            match self.try_start_server() {
+                Ok(()) => return,
+                Err(failure) if failure.contains("Address already in use") => {
+                    let _ = std::fs::remove_file(self.dir.join("server.log"));
+                    self.port = free_port();
+                    self.url = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+                }
+                Err(failure) => panic!("{failure}"),
+            }
+        }
+        panic!("no free port for the test's server after 5 tries");
+    }
+
+    /// `pg_ctl start -w`; on failure, what it and the server's log said.
+    fn try_start_server(&self) -> Result<(), String> {
         let mut options = format!(
             "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} \
              -c fsync=off -c max_connections=100",
@@ -212,8 +236,8 @@ impl TestCluster {
                 self.dir.join("server.key").display()
             ));
         }
-        run(self
-            .as_server_user(&self.bindir.join("pg_ctl"))
+        let mut command = self.as_server_user(&self.bindir.join("pg_ctl"));
+        command
             .arg("start")
             .arg("-w")
             .arg("-D")
@@ -221,7 +245,17 @@ impl TestCluster {
             .arg("-l")
             .arg(self.dir.join("server.log"))
             .arg("-o")
-            .arg(options));
+            .arg(options);
+        let output = command.output().map_err(|e| format!("{command:?}: {e}"))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "{command:?} failed: {}\n{}\nserver log:\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            self.log()
+        ))
     }
 
     /// Stops the server the way a crash would (`pg_ctl stop -m immediate`: every backend
@@ -244,7 +278,7 @@ impl TestCluster {
             run(Command::new("chown").args(["-R", user]).arg(&dir));
         }
         let port = free_port();
-        let standby = TestCluster {
+        let mut standby = TestCluster {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             bindir: self.bindir.clone(),
             port,
@@ -266,7 +300,7 @@ impl TestCluster {
             ])
             .args(["-R", "-X", "stream", "--no-sync", "--checkpoint=fast", "-D"])
             .arg(&standby.data));
-        standby.start_server().await;
+        standby.start_on_a_free_port();
         standby
     }
 
