@@ -13,10 +13,13 @@ const PLUMBING: &str = "pg-plumbing";
 /// The building blocks another service adopts.
 const MECHANISMS: &[&str] = &["pg-idempotency", "pg-outbox", "pg-inbox"];
 
-/// Every workspace package and the workspace packages it depends on, of any kind.
-fn workspace_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = std::process::Command::new(cargo)
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// `cargo metadata` of the workspace's own packages.
+fn workspace_metadata() -> Value {
+    let output = std::process::Command::new(cargo())
         .args([
             "metadata",
             "--format-version",
@@ -32,7 +35,12 @@ fn workspace_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
         "cargo metadata: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata JSON");
+    serde_json::from_slice(&output.stdout).expect("metadata JSON")
+}
+
+/// Every workspace package of `metadata` and the workspace packages it depends on, of
+/// any kind.
+fn workspace_graph(metadata: &Value) -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
     let packages = metadata["packages"].as_array().expect("packages");
     let members: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     packages
@@ -56,7 +64,7 @@ fn workspace_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
 
 #[test]
 fn dependencies_point_from_the_domain_down_to_the_mechanisms_and_the_plumbing() {
-    let graph = workspace_graph();
+    let graph = workspace_graph(&workspace_metadata());
     let plumbing = &graph.get(PLUMBING).expect("the plumbing crate").1;
     assert!(plumbing.is_empty(), "{PLUMBING} depends on {plumbing:?}");
     for mechanism in MECHANISMS {
@@ -112,7 +120,7 @@ fn files_of(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn the_mechanisms_and_the_plumbing_never_name_charges_or_refunds() {
-    let graph = workspace_graph();
+    let graph = workspace_graph(&workspace_metadata());
     let mut named = Vec::new();
     for name in MECHANISMS.iter().chain([&PLUMBING]) {
         let (dir, _) = &graph[*name];
@@ -139,19 +147,8 @@ fn the_mechanisms_and_the_plumbing_never_name_charges_or_refunds() {
 /// and `cargo package` would ship its README, its sources and its migrations.
 #[test]
 fn every_building_block_packages_its_readme_sources_and_migrations() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = std::process::Command::new(&cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(repo())
-        .output()
-        .expect("run cargo metadata");
-    let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata JSON");
+    let metadata = workspace_metadata();
+    let graph = workspace_graph(&metadata);
     for name in MECHANISMS.iter().chain([&PLUMBING]) {
         let package = metadata["packages"]
             .as_array()
@@ -173,7 +170,7 @@ fn every_building_block_packages_its_readme_sources_and_migrations() {
         }
         assert!(package["publish"].is_null(), "{name} may not be published");
 
-        let listed = std::process::Command::new(&cargo)
+        let listed = std::process::Command::new(cargo())
             .args([
                 "package",
                 "--list",
@@ -196,7 +193,7 @@ fn every_building_block_packages_its_readme_sources_and_migrations() {
             .collect();
         assert!(files.contains("README.md"), "{name}: {files:?}");
         assert!(files.contains("src/lib.rs"), "{name}: {files:?}");
-        let (dir, _) = &workspace_graph()[*name];
+        let (dir, _) = &graph[*name];
         let migrations = dir.join("migrations");
         if migrations.exists() {
             for file in files_of(&migrations) {
