@@ -69,6 +69,11 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// The `postgres` database of a test's server on `port`.
+fn postgres_url(port: u16) -> String {
+    format!("postgres://postgres@127.0.0.1:{port}/postgres")
+}
+
 pub(crate) fn run(command: &mut Command) {
     let output = command
         .output()
@@ -126,7 +131,7 @@ impl TestCluster {
                 "-D",
             ])
             .arg(&cluster.data));
-        cluster.url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
+        cluster.url = postgres_url(cluster.port);
         cluster.start_on_a_free_port();
         cluster
     }
@@ -210,7 +215,7 @@ impl TestCluster {
                 Err(failure) if failure.contains("Address already in use") => {
                     let _ = std::fs::remove_file(self.dir.join("server.log"));
                     self.port = free_port();
-                    self.url = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+                    self.url = postgres_url(self.port);
                 }
                 Err(failure) => panic!("{failure}"),
             }
@@ -279,7 +284,7 @@ impl TestCluster {
         }
         let port = free_port();
         let mut standby = TestCluster {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            url: postgres_url(port),
             bindir: self.bindir.clone(),
             port,
             data: dir.join("data"),
