@@ -19,34 +19,28 @@ source scripts/bench/relay.sh
 source scripts/bench/latency.sh
 
 ha_gate="${BENCH_HA_GATE:-sync}"
-ha_bindir="${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
-
-# ha_as_server COMMAND...: as the postgres user when run as root (Postgres refuses root).
-ha_as_server() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
 
 # ha_start_server NAME PORT [SETTINGS...]: the server in $ha_dir/NAME on PORT.
 ha_start_server() {
   local name=$1 server_port=$2 options; shift 2
   options="-c listen_addresses=127.0.0.1 -c port=$server_port -c unix_socket_directories=$ha_dir $*"
-  ha_as_server "$ha_bindir/pg_ctl" start -w -D "$ha_dir/$name" -l "$ha_dir/$name.log" -o "$options" >/dev/null
+  as_server "$server_bindir/pg_ctl" start -w -D "$ha_dir/$name" -l "$ha_dir/$name.log" -o "$options" >/dev/null
 }
 
 # start_ha_cluster: the primary and its synchronous standby; sets ha_dir, ha_server_url.
 start_ha_cluster() {
   local primary_port standby_port
-  [ -x "$ha_bindir/initdb" ] ||
+  [ -x "$server_bindir/initdb" ] ||
     { echo "bench: the ha stage needs the Postgres server binaries (PG_BINDIR)" >&2; exit 2; }
   ha_dir=$(mktemp -d)
   [ "$(id -u)" != 0 ] || chown postgres "$ha_dir"
   trap 'stop_ha_cluster; cleanup' EXIT INT TERM
   primary_port=$(free_port $(( port + 20 )))
-  ha_as_server "$ha_bindir/initdb" --auth=trust --username=postgres -E UTF8 -D "$ha_dir/primary" >/dev/null
+  as_server "$server_bindir/initdb" --auth=trust --username=postgres -E UTF8 -D "$ha_dir/primary" >/dev/null
   # Nothing commits on the primary before the standby streams, so the name may come first.
   ha_start_server primary "$primary_port" "-c synchronous_standby_names=s1"
   ha_server_url="postgres://postgres@127.0.0.1:$primary_port/postgres"
-  ha_as_server "$ha_bindir/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
+  as_server "$server_bindir/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
     -R -X stream --checkpoint=fast -D "$ha_dir/standby"
   standby_port=$(free_port $(( primary_port + 1 )))
   ha_start_server standby "$standby_port" "-c cluster_name=s1"
@@ -57,7 +51,7 @@ stop_ha_cluster() {
   [ -n "${ha_dir:-}" ] || return 0
   local name
   for name in primary standby; do
-    [ ! -f "$ha_dir/$name/postmaster.pid" ] || ha_as_server "$ha_bindir/pg_ctl" stop -m immediate -w -D "$ha_dir/$name" >/dev/null 2>&1 || true
+    [ ! -f "$ha_dir/$name/postmaster.pid" ] || as_server "$server_bindir/pg_ctl" stop -m immediate -w -D "$ha_dir/$name" >/dev/null 2>&1 || true
   done
   rm -rf "$ha_dir"
   ha_dir=""

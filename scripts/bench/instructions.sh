@@ -15,27 +15,22 @@
 
 # Absolute: the server resolves paths from its data directory, callgrind from its cwd.
 instructions_dir="$PWD/$out_dir/instructions"
-instructions_bindir="${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
 instructions_calls="${INSTRUCTIONS_CALLS:-1000}"
-
-instructions_as_server() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
 
 # The stage's server, every backend under callgrind (one profile per process).
 instructions_start_server() {
   command -v valgrind >/dev/null 2>&1 || { echo "bench: the instructions stage needs valgrind (make bench-deps)" >&2; exit 2; }
-  [ -x "$instructions_bindir/initdb" ] ||
+  [ -x "$server_bindir/initdb" ] ||
     { echo "bench: the instructions stage needs the Postgres server binaries (PG_BINDIR)" >&2; exit 2; }
   rm -rf "$instructions_dir"
   mkdir -p "$instructions_dir/profiles"
   [ "$(id -u)" = 0 ] && chown -R postgres "$instructions_dir"
-  instructions_as_server "$instructions_bindir/initdb" --auth=trust --username=postgres -E UTF8 \
+  as_server "$server_bindir/initdb" --auth=trust --username=postgres -E UTF8 \
     -D "$instructions_dir/data" >/dev/null
   instructions_port=$(free_port 5480)
-  instructions_as_server valgrind --tool=callgrind --trace-children=yes \
+  as_server valgrind --tool=callgrind --trace-children=yes \
     --callgrind-out-file="$instructions_dir/profiles/%p" \
-    "$instructions_bindir/postgres" -D "$instructions_dir/data" -p "$instructions_port" \
+    "$server_bindir/postgres" -D "$instructions_dir/data" -p "$instructions_port" \
     -k "$instructions_dir" -c listen_addresses= -c fsync=off -c synchronous_commit=off \
     -c autovacuum=off >"$instructions_dir/server.log" 2>&1 &
   instructions_pid=$!
@@ -45,7 +40,7 @@ instructions_start_server() {
 }
 
 instructions_stop_server() {
-  instructions_as_server "$instructions_bindir/pg_ctl" stop -D "$instructions_dir/data" -m fast >/dev/null || true
+  as_server "$server_bindir/pg_ctl" stop -D "$instructions_dir/data" -m fast >/dev/null || true
   stop_pids "$instructions_pid"
 }
 

@@ -41,6 +41,15 @@ record() { json "$@" >>"$results"; }
 row() { printf '%s\n' "$1" >>"$table"; }
 section() { row "## $1|||"; }
 
+# The Postgres server binaries the stages that start servers of their own use (ha,
+# instructions): PG_BINDIR, else the newest installed.
+server_bindir="${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
+
+# as_server COMMAND...: as the postgres user when run as root (Postgres refuses root).
+as_server() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
 # free_port FROM: the first port from FROM up that nothing on this machine listens on.
 free_port() {
   local candidate=$1
